@@ -129,8 +129,16 @@ def build_tiny(cfg: ModelConfig, out_dir: str | Path, data_dir: str | Path, extr
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        (tmp / "talentrl_model.json").write_text(json.dumps({"kind": "tiny", "seed": cfg.seed}, indent=2))
+        (tmp / "talentrl_model.json").write_text(json.dumps(tiny_spec(cfg), indent=2))
     return out_dir
+
+
+def tiny_spec(cfg: ModelConfig) -> dict:
+    """What determines a tiny base model: a built model whose recorded spec differs is rebuilt."""
+    return {"kind": "tiny", "seed": cfg.seed, "vocab_size": cfg.vocab_size, "hidden_size": cfg.hidden_size,
+            "intermediate_size": cfg.intermediate_size, "num_hidden_layers": cfg.num_hidden_layers,
+            "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+            "max_position_embeddings": cfg.max_position_embeddings}
 
 
 def resolve_device(device: str) -> torch.device:
@@ -161,6 +169,8 @@ def ensure_base_model(cfg: ModelConfig, base_dir: str | Path, data_dir: str | Pa
     if cfg.kind == ModelKind.hf:
         return cfg.name_or_path
     base_dir = Path(base_dir)
-    if not (base_dir / "config.json").exists():
+    spec_file = base_dir / "talentrl_model.json"
+    built = json.loads(spec_file.read_text()) if spec_file.exists() and (base_dir / "config.json").exists() else None
+    if built != tiny_spec(cfg):  # missing, or built for another architecture/seed: (re)build atomically
         build_tiny(cfg, base_dir, data_dir, extra_texts)
     return str(base_dir)

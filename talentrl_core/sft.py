@@ -109,6 +109,19 @@ def build_sft_data(
     return SFTData(samples, report)
 
 
+def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
+    """Chat-template token ids and the assistant-token mask (the loss mask) of one sample.
+
+    A sample longer than ``max_length`` loses the start of its prompt, as generation does: the label (the
+    assistant turn at the end) is never cut.
+    """
+    out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+    ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    if not any(mask):
+        raise ValueError("the chat template marks no assistant tokens: it needs {% generation %} markers")
+    return {"input_ids": ids[-max_length:], "assistant_masks": mask[-max_length:]}
+
+
 def train_sft(
     data: SFTData,
     base_model: str,
@@ -151,7 +164,8 @@ def train_sft(
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=model_cfg.lora_r, lora_alpha=2 * model_cfg.lora_r, task_type="CAUSAL_LM", target_modules="all-linear"))
-    ds = Dataset.from_list([{"messages": s["messages"]} for s in data.samples])
+    max_length = min(cfg.max_length, getattr(model.config, "max_position_embeddings", cfg.max_length))
+    ds = Dataset.from_list([tokenize_sample(tok, s["messages"], max_length) for s in data.samples])
     args = TRLSFTConfig(
         output_dir=str(work),
         max_steps=cfg.max_steps,
@@ -163,9 +177,8 @@ def train_sft(
         weight_decay=cfg.weight_decay,
         adam_beta1=0.9,
         adam_beta2=0.95,
-        max_length=min(cfg.max_length, getattr(model.config, "max_position_embeddings", cfg.max_length)),
-        truncation_mode="keep_end",  # cut the prompt's start, like the generator does: the label is never cut
-        assistant_only_loss=True,
+        max_length=max_length,  # samples arrive cut to it (tokenize_sample): TRL's truncation is a no-op
+        assistant_only_loss=False,  # the loss mask comes with the tokens (assistant_masks -> labels)
         save_steps=cfg.save_steps,
         save_total_limit=2,
         logging_steps=max(1, min(10, cfg.max_steps // 6)),

@@ -5,7 +5,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from talentrl_core.config import ModelConfig
 from talentrl_core.generation import GenRequest, TransformersGenerator
-from talentrl_core.models import build_tiny, load_model
+import dataclasses
+import json
+
+from talentrl_core.models import build_tiny, ensure_base_model, load_model
 
 SMALL = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                     intermediate_size=64, vocab_size=600, max_position_embeddings=512, device="cpu")
@@ -36,6 +39,18 @@ def test_chat_template_marks_assistant_tokens(tmp_path, shared_data):
     mask = out["assistant_masks"]
     marked = [i for i, m in zip(out["input_ids"], mask) if m]
     assert tok.decode(marked) == "<action>go east</action><|im_end|>"
+
+
+def test_base_model_rebuilt_when_its_architecture_changes(tmp_path, shared_data):
+    base = tmp_path / "base"
+    ensure_base_model(SMALL, base, shared_data)
+    first = (base / "model.safetensors").stat().st_mtime_ns
+    ensure_base_model(SMALL, base, shared_data)  # same spec: kept as it is
+    assert (base / "model.safetensors").stat().st_mtime_ns == first
+    wider = dataclasses.replace(SMALL, hidden_size=48)
+    ensure_base_model(wider, base, shared_data)  # another architecture: never a stale model
+    assert json.loads((base / "config.json").read_text())["hidden_size"] == 48
+    assert json.loads((base / "talentrl_model.json").read_text())["hidden_size"] == 48
 
 
 def test_seeded_builds_identical(tmp_path, shared_data):

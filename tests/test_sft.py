@@ -70,3 +70,18 @@ def test_sft_few_steps_change_weights_and_lower_loss(world, tmp_path, shared_dat
 
     info3 = train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, lr=1e-3), SMALL)
     assert info3["resumed"] is False
+
+
+def test_long_sample_loses_its_prompt_start_never_its_label(tmp_path, shared_data):
+    from talentrl_core.models import load_model
+    from talentrl_core.sft import tokenize_sample
+
+    _, tok = load_model(build_tiny(SMALL, tmp_path / "base", shared_data))
+    msgs = [{"role": "user", "content": "Obs: a long room description. " * 80},
+            {"role": "assistant", "content": "<action>go east</action>"}]
+    full = tokenize_sample(tok, msgs, 10_000)
+    cut = tokenize_sample(tok, msgs, 64)
+    assert len(full["input_ids"]) > 64 and len(cut["input_ids"]) == 64
+    assert cut["input_ids"] == full["input_ids"][-64:]  # the start goes, as at generation time
+    label = [i for i, m in zip(cut["input_ids"], cut["assistant_masks"]) if m]
+    assert tok.decode(label) == "<action>go east</action><|im_end|>"

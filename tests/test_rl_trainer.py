@@ -30,7 +30,8 @@ from talentrl_core.models import build_tiny
 from talentrl_core.rl.advantages import execution_advantages, routing_advantages
 from talentrl_core.rl.samples import collate, token_logprobs
 from talentrl_core.rl.static_knowledge import StaticKnowledge
-from talentrl_core.rl.trainer import RLTrainer, check_config, config_from_dict, train_rl
+from talentrl_core.rl.cli import config_from_dict
+from talentrl_core.rl.trainer import RLTrainer, check_config, train_rl
 from talentrl_core.rollout import run_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -329,7 +330,7 @@ def _cli_env() -> dict:
 def _cli_args(cfg: TalentRLConfig, tmp: Path, tiny: str, bank: Path, out: Path) -> list[str]:
     cfg_file = tmp / "cfg.json"
     cfg_file.write_text(json.dumps(dataclasses.asdict(cfg), default=lambda e: e.value))
-    return ["-m", "talentrl_core.rl.trainer", "--config", str(cfg_file), "--init", tiny, "--knowledge", str(bank),
+    return ["-m", "talentrl_core.rl.cli", "--config", str(cfg_file), "--init", tiny, "--knowledge", str(bank),
             "--out", str(out), "--no-progress"]
 
 

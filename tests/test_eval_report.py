@@ -143,3 +143,26 @@ def test_write_report_refuses_invalid_metrics(tmp_path):
     with pytest.raises(ValueError, match="systems"):
         write_report({"schema": 1, "systems": {}}, tmp_path / "eval")
     assert not (tmp_path / "eval" / "metrics.json").exists()
+
+
+def test_paired_comparison_counts_discordant_tasks_on_common_tasks():
+    from talentrl_core.evaluation.report import paired_comparisons
+    from talentrl_core.evaluation.stats import mcnemar_exact
+
+    rs = []
+    # talentrl solves tasks 0-5, talent_sft solves 4-6; task 9 only talentrl ran (not paired); a sampled
+    # attempt never counts
+    for i in range(10):
+        rs.append(EpisodeResult("talentrl", "textworld", f"t{i}", "pick", i <= 5 or i == 9, 0.0, 1))
+    for i in range(9):
+        rs.append(EpisodeResult("talent_sft", "textworld", f"t{i}", "pick", 4 <= i <= 6, 0.0, 1))
+    rs.append(EpisodeResult("talent_sft", "textworld", "t0", "pick", True, 0.0, 1, sample_idx=1))
+    c = paired_comparisons(rs)["textworld"]["talentrl vs talent_sft"]
+    assert (c["a_only"], c["b_only"], c["both"], c["neither"], c["n"]) == (4, 1, 2, 2, 9)
+    assert c["p_mcnemar"] == pytest.approx(mcnemar_exact(4, 1)) == pytest.approx(0.375)
+    m = build_metrics(rs, n_boot=50)
+    assert m["paired"]["textworld"]["talentrl vs talent_sft"] == c
+    assert "talent_sft vs zero_shot" not in m["paired"]["textworld"]  # zero_shot was not evaluated
+    from talentrl_core.evaluation.report import render_markdown
+
+    assert "| talentrl vs talent_sft | textworld | 4 | 1 | 2 | 9 | 0.3750 |" in render_markdown(m)

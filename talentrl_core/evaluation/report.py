@@ -11,7 +11,11 @@ appear at every level, these are guaranteed and checked by ``validate_metrics``)
                                   "ci_method": str, "mean_reward": float, "tokens_per_episode": float,
                                   "per_task_type": {TYPE: {"success", "ci95", "n", "tokens_per_episode"}},
                                   "avg_at_k": {"k", "k_min", "value", "ci95", "n_tasks"},   # sampled only
-                                  "routing_accuracy": float, "routing_n": int}}}}         # oracle known
+                                  "routing_accuracy": float, "routing_n": int}}},         # oracle known
+     "paired": {PANEL: {"A vs B": {"a_only", "b_only", "both", "neither", "n", "p_mcnemar"}}}}
+
+``paired`` compares two systems on the tasks both ran (greedy): the method's comparisons of
+``PAIRED_COMPARISONS`` whenever both systems were evaluated on the panel.
 
 ``write_report`` writes ``metrics.json`` (DVC metrics), ``report.md`` and PNG plots into one folder, each
 file atomically. Plots use matplotlib's object API on the Agg canvas (no pyplot, no global backend).
@@ -31,12 +35,16 @@ from typing import Any, Iterable, Mapping, Optional, Union
 import numpy as np
 
 from ..io import atomic_path, write_json, write_text
-from .stats import avg_at_k, bootstrap_ci, intervals_overlap, wilson_ci
+from .stats import avg_at_k, bootstrap_ci, intervals_overlap, mcnemar_exact, wilson_ci
 
 SCHEMA_VERSION = 1
 
 SYSTEM_ORDER = ["zero_shot", "flat_skillbank", "random_talent", "oracle_talent", "talent_sft", "flat_grpo", "talentrl"]
 "Table and plot order of the known systems (EvalConfig); others follow alphabetically."
+
+PAIRED_COMPARISONS = [("talent_sft", "zero_shot"), ("talent_sft", "flat_skillbank"), ("oracle_talent", "random_talent"),
+                      ("talentrl", "talent_sft"), ("talentrl", "flat_grpo"), ("flat_grpo", "talent_sft")]
+"(A, B) pairs the report tests on the same tasks: each claim of the method against its baseline."
 
 
 @dataclass
@@ -158,7 +166,30 @@ def build_metrics(
             block["routing_accuracy"] = float(np.mean([e.chosen_talent == e.oracle_talent for e in routed]))
             block["routing_n"] = int(len(routed))
         systems.setdefault(system, {})[panel] = block
-    return {"schema": SCHEMA_VERSION, "ci_level": 0.95, "systems": systems}
+    return {"schema": SCHEMA_VERSION, "ci_level": 0.95, "systems": systems, "paired": paired_comparisons(rs)}
+
+
+def paired_comparisons(results: Iterable[EpisodeResult], pairs: Iterable[tuple[str, str]] = PAIRED_COMPARISONS) -> dict:
+    """Per panel, ``"A vs B"`` → discordant counts and the exact McNemar p on the tasks both ran greedily."""
+    greedy: dict[tuple[str, str], dict[str, bool]] = defaultdict(dict)
+    for r in results:
+        if r.sample_idx == 0:
+            greedy[(r.panel, r.system)][r.task_id] = bool(r.success)
+    out: dict[str, dict] = {}
+    for panel in sorted({p for p, _ in greedy}):
+        for a, b in pairs:
+            ra, rb = greedy.get((panel, a)), greedy.get((panel, b))
+            if not ra or not rb:
+                continue
+            common = sorted(set(ra) & set(rb))
+            a_only = sum(ra[t] and not rb[t] for t in common)
+            b_only = sum(rb[t] and not ra[t] for t in common)
+            both = sum(ra[t] and rb[t] for t in common)
+            out.setdefault(panel, {})[f"{a} vs {b}"] = {
+                "a_only": a_only, "b_only": b_only, "both": both, "neither": len(common) - a_only - b_only - both,
+                "n": len(common), "p_mcnemar": mcnemar_exact(a_only, b_only),
+            }
+    return out
 
 
 def routing_confusion(results: Iterable[Union[EpisodeResult, Mapping[str, Any]]]) -> dict[str, dict[str, dict[str, int]]]:
@@ -330,6 +361,14 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
         out += ["## Routing accuracy (chosen talent = oracle talent)", ""]
         rows = [[s, p, f"{S[s][p]['routing_accuracy']:.3f}", str(S[s][p].get("routing_n", ""))] for s, p in routed]
         out += [_md_table(["system", "panel", "accuracy", "n"], rows), ""]
+
+    paired = metrics.get("paired") or {}
+    if any(paired.values()):
+        out += ["## Paired comparisons (same tasks, greedy)", "",
+                "Tasks only A solved, only B solved, both; two-sided exact McNemar p on the discordant tasks.", ""]
+        rows = [[pair, p, str(c["a_only"]), str(c["b_only"]), str(c["both"]), str(c["n"]), f"{c['p_mcnemar']:.4f}"]
+                for p, comps in sorted(paired.items()) for pair, c in comps.items()]
+        out += [_md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p"], rows), ""]
 
     out += ["## Notes", ""]
     out.append("- Success and its interval use greedy episodes (one per task); avg@k uses sampled attempts.")

@@ -10,6 +10,9 @@ Systems (one table, each a (checkpoint, routing, retrieval) triple):
     flat_grpo       flat-skill GRPO checkpoint, flat retrieval
     talentrl        TalentRL checkpoint (routing + execution RL), the policy routes
 
+Writes ``metrics.json`` (with paired McNemar comparisons), ``report.md``, plots and ``episodes.jsonl`` (one
+line per episode) into ``artifacts/eval``.
+
 Panels: ``textworld`` (the fixed eval seeds), ``alfworld_valid_seen`` / ``alfworld_valid_unseen``, ``qa_<set>``;
 ``eval.n_per_panel`` takes a seeded subset (same seed, same tasks for every system). Greedy decoding gives
 success and its 95% interval; ``eval.avg_k`` > 0 adds sampled attempts for avg@k.
@@ -19,11 +22,13 @@ A system whose checkpoint does not exist yet is skipped and named in the result 
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from ..config import EnvConfig, EnvName, TalentRLConfig
+from ..io import write_text
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
 from .report import EpisodeResult, build_metrics, routing_confusion, write_report
@@ -119,4 +124,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)
     metrics["skipped_systems"] = skipped
     files = write_report(metrics, paths.eval, confusion=routing_confusion(results))
+    episodes = paths.eval / "episodes.jsonl"  # per-episode results: recompute any statistic without re-running
+    write_text(episodes, "".join(json.dumps(dataclasses.asdict(r), sort_keys=True) + "\n" for r in results))
+    files["episodes.jsonl"] = str(episodes)
     return {"metrics": metrics, "files": {k: str(v) for k, v in files.items()}, "skipped": skipped}

@@ -6,6 +6,8 @@
   Used for avg@k, where the unit is a task (mean over its k sampled attempts), not an episode.
 * ``avg_at_k``        — mean over tasks of each task's mean success over its sampled attempts.
 * ``intervals_overlap`` — whether two intervals share a point (a conservative "not clearly different").
+* ``mcnemar_exact``   — exact McNemar test of two systems run on the *same* tasks (paired): a two-sided
+  binomial test on the discordant tasks (McNemar 1947). Sharper than comparing two unpaired intervals.
 """
 
 from __future__ import annotations
@@ -94,3 +96,26 @@ def intervals_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
     (True, False)
     """
     return a[0] <= b[1] and b[0] <= a[1]
+
+
+def mcnemar_exact(a_only: int, b_only: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant pairs of a paired comparison.
+
+    ``a_only``: tasks system A solved and B did not; ``b_only``: the reverse (tasks both or neither solved
+    carry no information). Under H0 each discordant task is A's with probability 1/2.
+
+    >>> mcnemar_exact(0, 0), mcnemar_exact(3, 3)
+    (1.0, 1.0)
+    >>> round(mcnemar_exact(5, 0), 4)  # 2 * 0.5**5
+    0.0625
+    >>> round(mcnemar_exact(16, 2), 4)  # 2 * P(X <= 2), X ~ Bin(18, 1/2) = 2 * 172 / 2**18
+    0.0013
+    """
+    if a_only < 0 or b_only < 0:
+        raise ValueError("discordant counts must be >= 0")
+    n = a_only + b_only
+    if n == 0:
+        return 1.0
+    k = min(a_only, b_only)
+    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
+    return float(min(1.0, 2 * tail))

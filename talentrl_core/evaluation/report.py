@@ -377,8 +377,12 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
         best = max(present, key=lambda s: S[s][p]["success"])
         close = [s for s in present if s != best and intervals_overlap(S[s][p]["ci95"], S[best][p]["ci95"])]
         line = f"- `{p}`: best greedy success {best} {_fmt(S[best][p])}"
-        line += f"; its interval overlaps {', '.join(close)} (not clearly different at this n)." if close else \
+        line += f"; its interval overlaps {', '.join(close)} (not clearly different at this n by the intervals)." if close else \
             "; no other system's interval overlaps it."
+        sharp = [(k, c) for k, c in (paired.get(p) or {}).items() if k.split(" vs ")[0] == best and k.split(" vs ")[1] in close]
+        if sharp:
+            line += " Paired on the same tasks: " + "; ".join(
+                f"{k} {c['a_only']}:{c['b_only']} discordant, McNemar p = {c['p_mcnemar']:.4f}" for k, c in sharp) + "."
         ns = sorted({S[s][p]["n"] for s in present})
         if len(ns) > 1:
             line += f" Systems were evaluated on different numbers of episodes ({ns})."

@@ -379,7 +379,8 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
         line = f"- `{p}`: best greedy success {best} {_fmt(S[best][p])}"
         line += f"; its interval overlaps {', '.join(close)} (not clearly different at this n by the intervals)." if close else \
             "; no other system's interval overlaps it."
-        sharp = [(k, c) for k, c in (paired.get(p) or {}).items() if k.split(" vs ")[0] == best and k.split(" vs ")[1] in close]
+        comps = paired.get(p) or {}
+        sharp = [(f"{best} vs {s}", comps[f"{best} vs {s}"]) for s in close if f"{best} vs {s}" in comps]
         if sharp:
             line += " Paired on the same tasks: " + "; ".join(
                 f"{k} {c['a_only']}:{c['b_only']} discordant, McNemar p = {c['p_mcnemar']:.4f}" for k, c in sharp) + "."

@@ -394,6 +394,8 @@ class EvalConfig:
     "Panels: textworld, alfworld_valid_seen, alfworld_valid_unseen, qa_<set>."
     n_per_panel: int = 50
     "Tasks per panel (a seeded subset; 0: all)."
+    n_by_panel: dict[str, int] = field(default_factory=dict)
+    "Per-panel task counts that replace n_per_panel for the panels named (e.g. {alfworld_valid_seen: 30})."
     avg_k: int = 0
     "Sampled attempts per task for avg@k (0: greedy only)."
     seed: int = 0
@@ -410,6 +412,13 @@ class EvalConfig:
             raise ValueError(f"eval.systems has unknown {bad}; choose from {sorted(allowed)}")
         if self.ci not in ("wilson", "bootstrap"):
             raise ValueError(f"eval.ci={self.ci!r}: choose wilson or bootstrap")
+        stray = sorted(set(self.n_by_panel) - set(self.panels))
+        if stray:
+            raise ValueError(f"eval.n_by_panel names {stray}, which are not in eval.panels {list(self.panels)}")
+
+    def panel_size(self, panel: str) -> int:
+        """Tasks drawn from ``panel`` (``n_by_panel`` first, else ``n_per_panel``; 0: all)."""
+        return int(self.n_by_panel.get(panel, self.n_per_panel))
 
 
 @dataclass

@@ -14,7 +14,7 @@ Writes ``metrics.json`` (with paired McNemar comparisons), ``report.md``, plots 
 line per episode) into ``artifacts/eval``.
 
 Panels: ``textworld`` (the fixed eval seeds), ``alfworld_valid_seen`` / ``alfworld_valid_unseen``, ``qa_<set>``;
-``eval.n_per_panel`` takes a seeded subset (same seed, same tasks for every system). Greedy decoding gives
+``eval.n_per_panel`` (or ``eval.n_by_panel[panel]``) takes a seeded subset (same seed, same tasks for every system). Greedy decoding gives
 success and its 95% interval; ``eval.avg_k`` > 0 adds sampled attempts for avg@k.
 A system whose checkpoint does not exist yet is skipped and named in the result (never faked).
 """
@@ -89,7 +89,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     for panel in ev.panels:
         env_cfg, split = panel_env(cfg, panel)
         family = make_family(env_cfg, Path(env_cfg.cache_dir))
-        tasks = family.tasks(split, ev.n_per_panel, ev.seed)
+        tasks = family.tasks(split, ev.panel_size(panel), ev.seed)
         if hasattr(family, "prepare"):
             family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=progress)
         settings = RolloutSettings(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,

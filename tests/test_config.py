@@ -61,3 +61,12 @@ def test_interpolations_resolved():
     cfg = load_config(["artifacts_dir=/tmp/x"])
     assert cfg.library.uri == "/tmp/x/library/lancedb"
     assert "${" not in cfg.env.alfworld_archive
+
+
+def test_per_panel_sizes_override_the_default_and_must_name_a_configured_panel():
+    cfg = load_config(["experiment=cpu_full"])
+    assert type(cfg.eval.n_by_panel) is dict
+    assert cfg.eval.panel_size("alfworld_valid_unseen") == 30
+    assert cfg.eval.panel_size("textworld") == cfg.eval.n_per_panel == 100
+    with pytest.raises(ConfigError, match=r"qa_nq.*not in eval.panels"):
+        load_config(["+eval.n_by_panel.qa_nq=5"])

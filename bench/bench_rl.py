@@ -116,7 +116,7 @@ def trl(args, cfg, family, knowledge, model_dir, out: Path, step_tasks: list) ->
             goal = envs[i].goal()
             adm.append(envs[i].admissible_actions())
             ctx = knowledge.context("textworld", goal, task.task_type, None)  # the flat context, as talentrl-flat
-            msgs = execution_messages(ExecContext("textworld", goal, obs, None, ctx.skills, (), adm[i], cfg.env.obs_chars))
+            msgs = execution_messages(ExecContext(env="textworld", goal=goal, observation=obs, skills=ctx.skills, admissible=adm[i], obs_chars=cfg.env.obs_chars))
             prompt_ids.append(chat_prompt_ids(tok, msgs))
         n_env, n_gen = 0, 0
         for turn in range(cfg.env.max_steps):

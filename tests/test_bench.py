@@ -32,7 +32,8 @@ def test_bench_rl_compares_three_trainers(tmp_path, shared_data, session_cache):
     results = json.loads(res.read_text())["results"]
     assert set(results) == {"talentrl", "talentrl-flat", "trl-grpo"}
     for name, r in results.items():
-        assert r["env_steps_per_s"] > 0 and r["update_tokens_per_s"] > 0, name
+        # at this size a group may have zero reward variance and be filtered, so only the rollout is certain
+        assert r["env_steps_per_s"] > 0 and r["update_tokens_per_s"] >= 0, name
 
 
 def test_bench_rollout_prints_the_ratio(tmp_path, shared_data, session_cache):

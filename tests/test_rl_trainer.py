@@ -189,6 +189,12 @@ def test_matched_arms_share_seed_and_initial_state(one_step, family):
             assert ta.group_uid == tb.group_uid
             # retrieval differs only by the talent
             assert ta.retrieved_skill_ids == tr.knowledge.context("textworld", ta.goal, ta.task_type, ta.talent_id).skill_ids
+    # route/divergence counts the matched pairs whose actions differ between the arms
+    n, diff = tr.per_arm, 0
+    for gr in one_step["groups"]:
+        acts = [[s.action for s in t.steps if not s.action.startswith("talent:")] for t in gr.trajs]
+        diff += sum(acts[j] != acts[n + j] for j in range(n))
+    assert one_step["stats"]["divergence_sum"] == pytest.approx(diff / n)
     # same seed + same talent in both arms → the same episode, action for action
     gr = one_step["groups"][0]
     specs = [dataclasses.replace(s, talent_id=gr.talents[0]) for s in gr.specs]

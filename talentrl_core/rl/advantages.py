@@ -11,6 +11,8 @@ every arm starts from the same state and rollout ``j`` of every arm shares sampl
   (``exec_group="arm"``, default) so that the talent choice does not leak into execution credit, or
   over the whole group (``exec_group="task"``, an ablation).
 * ``zero_variance_mask``   — groups whose rewards are all equal carry no signal (dynamic sampling, DAPO).
+* ``matched_divergence``   — a diagnostic: the share of seed-matched rollouts whose actions differ between
+  arms. Near 0 means the executor ignores the talent, so no routing contrast can arise.
 * ``aem_modulate`` / ``aem_eta`` / ``response_surprisal`` — optional AEM-style surprisal modulation
   (ours; the AEM paper's exact proxy is not public).
 * ``apply_invalid_penalty`` — the per-invalid-action reward penalty of DESIGN.md §2.
@@ -149,6 +151,34 @@ def zero_variance_mask(group_rewards: Sequence[ArrayLike], atol: float = 1e-9) -
         r = np.asarray(r, dtype=np.float64).reshape(-1)
         out[g] = r.size == 0 or float(r.max() - r.min()) <= atol
     return out
+
+
+def matched_divergence(actions_by_arm: Sequence[Sequence[Sequence[str]]]) -> float:
+    """Share of matched rollouts ``j`` whose action sequences are not the same in every arm.
+
+    Rollout ``j`` of every arm shares sampling seed ``j`` and the initial state, so when the executor
+    ignores the talent text the arms replay the same actions and every routing contrast is 0: this is
+    the direct measurement of talent sensitivity (logged as ``route/divergence``). Arms are compared
+    up to the shortest arm; with fewer than two arms there is nothing to compare (0.0).
+
+    Args:
+        actions_by_arm: ``M`` arms, each a list over rollouts ``j`` of that rollout's action sequence.
+
+    >>> same, other = ["go east", "take coin"], ["go west"]
+    >>> matched_divergence([[same, same], [same, other]])
+    0.5
+    >>> matched_divergence([[same, other], [same, other], [same, other]])
+    0.0
+    >>> matched_divergence([[same]])
+    0.0
+    """
+    if len(actions_by_arm) < 2:
+        return 0.0
+    n = min(len(a) for a in actions_by_arm)
+    if n == 0:
+        return 0.0
+    differ = sum(1 for j in range(n) if len({tuple(arm[j]) for arm in actions_by_arm}) > 1)
+    return differ / n
 
 
 def response_surprisal(token_logprobs: ArrayLike, mask: ArrayLike, traj_ids: ArrayLike) -> tuple[np.ndarray, np.ndarray]:

@@ -79,7 +79,7 @@ from ..prompts import format_talent, routing_messages
 from ..rollout import EpisodeSpec, Knowledge, LLMPolicy, RolloutSettings, run_episodes
 from ..tracking import NullTracker, redact
 from ..trajectories import Trajectory
-from .advantages import (aem_eta, aem_modulate, execution_advantages, response_surprisal, routing_advantages,
+from .advantages import (aem_eta, aem_modulate, execution_advantages, matched_divergence, response_surprisal, routing_advantages,
                          zero_variance_mask)
 from .loss import ppo_clip_loss, token_advantages
 from .samples import Sample, TrieCache, chat_prompt_ids, collate, completion_ids_of, execution_samples, score_completions, token_logprobs
@@ -340,7 +340,8 @@ class RLTrainer:
         rl = self.rl
         samples: list[Sample] = []
         st: dict[str, float] = {"groups": 0, "groups_zero_var": 0, "groups_kept": 0, "route_abs_sum": 0.0,
-                                "exec_abs_sum": 0.0, "exec_abs_n": 0, "entropy_sum": 0.0, "p_first_sum": 0.0}
+                                "exec_abs_sum": 0.0, "exec_abs_n": 0, "entropy_sum": 0.0, "p_first_sum": 0.0,
+                                "divergence_sum": 0.0, "groups_tied": 0}
         for k in range(self.n_arms):
             st[f"arm{k + 1}_reward_sum"] = 0.0
             st[f"arm{k + 1}_n"] = 0
@@ -355,12 +356,15 @@ class RLTrainer:
                 p = np.asarray(gr.menu_probs)
                 st["entropy_sum"] += float(-(p * np.log(np.clip(p, 1e-30, 1.0))).sum())
                 st["p_first_sum"] += float(p[gr.menu_ids.index(gr.talents[0])])
+            acts = [[x.action for x in t.steps if not x.action.startswith("talent:")] for t in gr.trajs]
+            st["divergence_sum"] += matched_divergence([[a for a, k in zip(acts, arms) if k == arm] for arm in range(self.n_arms)])
             if zero_variance_mask([R])[0]:
                 st["groups_zero_var"] += 1
                 if rl.filter_zero_var:
                     continue
             st["groups_kept"] += 1
             a_route = routing_advantages([R[arms == k] for k in range(self.n_arms)], rl.eps)  # (M,)
+            st["groups_tied"] += int(self.n_talent_arms > 0 and not np.any(a_route))
             a_exec = execution_advantages(R, arms, rl.eps, rl.exec_group)  # (G,)
             ex = [execution_samples(t, self.tok, self.keep, self.policy.constrained, gr.index, int(arms[i]), i)
                   for i, t in enumerate(gr.trajs)]
@@ -574,6 +578,9 @@ class RLTrainer:
             m["route/entropy"] = tot["entropy_sum"] / n_g
             m["route/p_sampled"] = tot["p_first_sum"] / n_g
             m["route/contrast"] = tot["route_abs_sum"] / max(tot["groups_kept"], 1)
+            # talent sensitivity: matched rollouts whose actions differ between arms; kept groups with no contrast
+            m["route/divergence"] = tot["divergence_sum"] / n_g
+            m["route/tied_share"] = tot["groups_tied"] / max(tot["groups_kept"], 1)
         m.update(upd)
         return m
 

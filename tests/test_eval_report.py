@@ -169,3 +169,37 @@ def test_paired_comparison_counts_discordant_tasks_on_common_tasks():
     assert "| talentrl vs talent_sft | textworld | 4 | 1 | 2 | 9 | 0.3750 |" in md
     # the intervals overlap at this n, so the notes add the sharper paired result
     assert "Paired on the same tasks: talentrl vs talent_sft 4:1 discordant, McNemar p = 0.3750." in md
+
+
+def test_rl_training_history_goes_into_metrics_and_report(tmp_path):
+    from talentrl_core.evaluation.report import render_markdown
+    from talentrl_core.evaluation.runner import rl_training
+    from talentrl_core.io import write_json
+    from talentrl_core.paths import ArtifactPaths
+
+    paths = ArtifactPaths(tmp_path)
+    # TalentRL: the routing contrast was 0 in 3 of 4 updates, arms diverged in 10% of matched rollouts
+    hist = [{"rollout/reward": r, "route/contrast": c, "route/divergence": 0.1, "route/entropy": e, "rl/kl": 0.0}
+            for r, c, e in [(0.1, 0.0, 0.69), (0.2, 0.0, 0.68), (0.3, 0.4, 0.6), (0.4, 0.0, 0.5)]]
+    write_json(paths.rl_checkpoint / "talentrl_meta.json", {"history": hist})
+    write_json(paths.flat_grpo_checkpoint / "talentrl_meta.json", {"history": [{"rollout/reward": 0.5}]})
+    t = rl_training(paths, ["talent_sft", "talentrl", "flat_grpo"])
+    assert set(t) == {"talentrl", "flat_grpo"}  # talent_sft is not an RL checkpoint
+    assert t["talentrl"]["contrast_zero_share"] == pytest.approx(0.75)
+    assert (t["talentrl"]["reward_first"], t["talentrl"]["reward_last"]) == (0.1, 0.4)
+    assert t["talentrl"]["divergence_mean"] == pytest.approx(0.1)
+    assert "contrast_zero_share" not in t["flat_grpo"]
+    m = build_metrics(_results(), n_boot=50)
+    m["training"] = t
+    validate_metrics(m)
+    md = render_markdown(m)
+    assert "## RL training" in md
+    assert "| talentrl | 4 | 0.100 | 0.400 | 0.750 | 0.100 | 0.690 → 0.500 |" in md
+    bad = copy.deepcopy(m)
+    bad["training"]["talentrl"]["reward_last"] = "high"
+    with pytest.raises(ValueError, match="training.talentrl"):
+        validate_metrics(bad)
+    # a corrupt history file is named
+    (paths.rl_checkpoint / "talentrl_meta.json").write_text("{not json")
+    with pytest.raises(ValueError, match="talentrl_meta.json"):
+        rl_training(paths, ["talentrl"])

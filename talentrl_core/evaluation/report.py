@@ -12,7 +12,11 @@ appear at every level, these are guaranteed and checked by ``validate_metrics``)
                                   "per_task_type": {TYPE: {"success", "ci95", "n", "tokens_per_episode"}},
                                   "avg_at_k": {"k", "k_min", "value", "ci95", "n_tasks"},   # sampled only
                                   "routing_accuracy": float, "routing_n": int}}},         # oracle known
-     "paired": {PANEL: {"A vs B": {"a_only", "b_only", "both", "neither", "n", "p_mcnemar"}}}}
+     "paired": {PANEL: {"A vs B": {"a_only", "b_only", "both", "neither", "n", "p_mcnemar"}}},
+     "training": {SYSTEM: {"updates": int, "reward_first": float, "reward_last": float, ...}}}   # RL systems
+
+``training`` (optional) summarises each RL checkpoint's own per-update history (``training_summary``): the
+reward trend, and for TalentRL the routing diagnostics that say whether the talent term could act at all.
 
 ``paired`` compares two systems on the tasks both ran (greedy): the method's comparisons of
 ``PAIRED_COMPARISONS`` whenever both systems were evaluated on the panel.
@@ -169,6 +173,47 @@ def build_metrics(
     return {"schema": SCHEMA_VERSION, "ci_level": 0.95, "systems": systems, "paired": paired_comparisons(rs)}
 
 
+TRAINING_KEYS = {"rollout/reward": "reward", "route/contrast": "contrast", "route/divergence": "divergence",
+                 "route/entropy": "entropy", "rl/kl": "kl", "rl/clip_frac": "clip_frac"}
+
+
+def training_summary(history: list[Mapping[str, Any]]) -> dict:
+    """Summarise an RL run's per-update metrics (``talentrl_meta.json["history"]``) for the report.
+
+    ``reward_first`` / ``reward_last``: mean rollout reward over the first and last third of the updates
+    (at least one each); ``<name>_mean`` for each of ``TRAINING_KEYS`` the history has; for the routing
+    term ``contrast_zero_share``, the share of updates whose routing contrast was exactly 0 (the talent
+    choice got no credit), and ``entropy_first`` / ``entropy_last``.
+
+    >>> h = [{"rollout/reward": r, "route/contrast": c, "route/entropy": e}
+    ...      for r, c, e in [(0.1, 0.0, 0.69), (0.2, 0.5, 0.6), (0.3, 0.0, 0.5)]]
+    >>> s = training_summary(h)
+    >>> (s["updates"], s["reward_first"], s["reward_last"], round(s["contrast_zero_share"], 3), s["entropy_last"])
+    (3, 0.1, 0.3, 0.667, 0.5)
+    >>> training_summary([])
+    {'updates': 0}
+    """
+    out: dict[str, Any] = {"updates": len(history)}
+    if not history:
+        return out
+    third = max(1, len(history) // 3)
+    for key, name in TRAINING_KEYS.items():
+        vals = [float(h[key]) for h in history if _is_num(h.get(key))]
+        if vals:
+            out[f"{name}_mean"] = float(np.mean(vals))
+    rewards = [float(h["rollout/reward"]) for h in history if _is_num(h.get("rollout/reward"))]
+    if rewards:
+        out["reward_first"] = float(np.mean(rewards[:third]))
+        out["reward_last"] = float(np.mean(rewards[-third:]))
+    contrast = [float(h["route/contrast"]) for h in history if _is_num(h.get("route/contrast"))]
+    if contrast:
+        out["contrast_zero_share"] = float(np.mean([c == 0.0 for c in contrast]))
+    entropy = [float(h["route/entropy"]) for h in history if _is_num(h.get("route/entropy"))]
+    if entropy:
+        out["entropy_first"], out["entropy_last"] = entropy[0], entropy[-1]
+    return out
+
+
 def paired_comparisons(results: Iterable[EpisodeResult], pairs: Iterable[tuple[str, str]] = PAIRED_COMPARISONS) -> dict:
     """Per panel, ``"A vs B"`` → discordant counts and the exact McNemar p on the tasks both ran greedily."""
     greedy: dict[tuple[str, str], dict[str, bool]] = defaultdict(dict)
@@ -292,6 +337,13 @@ def validate_metrics(d: Any) -> dict:
                 _check_count(ak["k"], f"{path}.avg_at_k.k")
             if "routing_accuracy" in block:
                 _check_rate(block["routing_accuracy"], f"{path}.routing_accuracy")
+    training = d.get("training")
+    if training is not None:
+        if not isinstance(training, Mapping):
+            raise ValueError(f"training: expected a dict of systems, got {type(training).__name__}")
+        for s, t in training.items():
+            if not isinstance(t, Mapping) or not all(_is_num(v) for v in t.values()):
+                raise ValueError(f"training.{s}: expected a dict of numbers, got {t!r}")
     return d  # type: ignore[return-value]
 
 
@@ -369,6 +421,24 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
         rows = [[pair, p, str(c["a_only"]), str(c["b_only"]), str(c["both"]), str(c["n"]), f"{c['p_mcnemar']:.4f}"]
                 for p, comps in sorted(paired.items()) for pair, c in comps.items()]
         out += [_md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p"], rows), ""]
+
+    training = metrics.get("training") or {}
+    if training:
+        out += ["## RL training (each checkpoint's own per-update history)", "",
+                "Rollout reward over the first and last third of the updates. For TalentRL: how often the routing "
+                "contrast was exactly 0 (the talent choice got no credit), the share of seed-matched rollouts whose "
+                "actions differed between talent arms (near 0: the executor ignores the talent), and the routing "
+                "entropy at the first and last update.", ""]
+
+        def num(t: Mapping, k: str, f: str = "{:.3f}") -> str:
+            return f.format(t[k]) if k in t else "—"
+
+        rows = [[s, str(t.get("updates", 0)), num(t, "reward_first"), num(t, "reward_last"), num(t, "contrast_zero_share"),
+                 num(t, "divergence_mean"), f"{num(t, 'entropy_first')} → {num(t, 'entropy_last')}" if "entropy_first" in t else "—",
+                 num(t, "kl_mean", "{:.2g}"), num(t, "clip_frac_mean")]
+                for s, t in ((s, training[s]) for s in _order_systems(training))]
+        out += [_md_table(["system", "updates", "reward first", "reward last", "contrast = 0", "arm divergence",
+                           "routing entropy", "KL", "clip frac"], rows), ""]
 
     out += ["## Notes", ""]
     out.append("- Success and its interval use greedy episodes (one per task); avg@k uses sampled attempts.")
@@ -522,6 +592,7 @@ __all__ = [
     "EpisodeResult",
     "build_metrics",
     "routing_confusion",
+    "training_summary",
     "validate_metrics",
     "write_report",
     "render_markdown",

@@ -28,10 +28,10 @@ from pathlib import Path
 from typing import Optional
 
 from ..config import EnvConfig, EnvName, TalentRLConfig
-from ..io import write_text
+from ..io import read_json, write_text
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
-from .report import EpisodeResult, build_metrics, routing_confusion, write_report
+from .report import EpisodeResult, build_metrics, routing_confusion, training_summary, write_report
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,17 @@ def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
     e.alfworld_archive = cfg.env.alfworld_archive
     e.qa_train_file, e.corpus = cfg.env.qa_train_file, cfg.env.corpus
     return e, split
+
+
+def rl_training(paths: ArtifactPaths, systems) -> dict:
+    """``training_summary`` of every evaluated RL system whose checkpoint records its history."""
+    out = {}
+    for system in systems:
+        spec = SYSTEMS[system]
+        meta = checkpoint_path(paths, spec.checkpoint) / "talentrl_meta.json"
+        if spec.checkpoint in ("rl", "flat_grpo") and meta.exists():
+            out[system] = training_summary(read_json(meta).get("history") or [])
+    return out
 
 
 def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) -> dict:
@@ -123,6 +134,9 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
         raise RuntimeError(f"nothing to evaluate: {skipped or 'no systems/panels configured'}")
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)
     metrics["skipped_systems"] = skipped
+    training = rl_training(paths, [s for s in ev.systems if s not in skipped])
+    if training:
+        metrics["training"] = training
     files = write_report(metrics, paths.eval, confusion=routing_confusion(results))
     episodes = paths.eval / "episodes.jsonl"  # per-episode results: recompute any statistic without re-running
     write_text(episodes, "".join(json.dumps(dataclasses.asdict(r), sort_keys=True) + "\n" for r in results))

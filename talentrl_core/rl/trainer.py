@@ -580,7 +580,8 @@ class RLTrainer:
             m["route/contrast"] = tot["route_abs_sum"] / max(tot["groups_kept"], 1)
             # talent sensitivity: matched rollouts whose actions differ between arms; kept groups with no contrast
             m["route/divergence"] = tot["divergence_sum"] / n_g
-            m["route/tied_share"] = tot["groups_tied"] / max(tot["groups_kept"], 1)
+            if tot["groups_kept"]:  # undefined when every group was filtered (absent, not a misleading 0)
+                m["route/tied_share"] = tot["groups_tied"] / tot["groups_kept"]
         m.update(upd)
         return m
 

@@ -204,6 +204,19 @@ def test_matched_arms_share_seed_and_initial_state(one_step, family):
         assert [s.action for s in trajs[j].steps] == [s.action for s in trajs[tr.per_arm + j].steps]
 
 
+def test_tied_share_is_over_kept_groups_and_absent_when_none_kept(one_step):
+    tr, groups, st = one_step["trainer"], one_step["groups"], one_step["stats"]
+    upd = {"perf/update_tokens": 1}
+    m = tr._metrics(groups, st, dict(upd), 1.0, 1.0, 2.0)
+    if st["groups_kept"]:
+        assert m["route/tied_share"] == pytest.approx(st["groups_tied"] / st["groups_kept"])
+    assert m["route/divergence"] == pytest.approx(st["divergence_sum"] / st["groups"])
+    # every group filtered for zero reward variance: the share is undefined, so it is not logged as 0
+    none_kept = dict(st, groups_kept=0, groups_tied=0, route_abs_sum=0.0)
+    m0 = tr._metrics(groups, none_kept, dict(upd), 1.0, 1.0, 2.0)
+    assert "route/tied_share" not in m0 and m0["route/contrast"] == 0.0
+
+
 def test_flat_baseline_one_arm_no_routing(env_cfg, family, tiny, tmp_path):
     cfg = make_cfg(env_cfg, tmp_path, flat_baseline=True, n_arms=1, group_size=4, tasks_per_step=1)
     tr = RLTrainer(cfg, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "out", progress=False)

@@ -13,7 +13,10 @@ from .rollout import LLMPolicy
 def make_generator(cfg: TalentRLConfig, model, tokenizer, model_path: str):
     b = cfg.model.backend
     if b == Backend.transformers:
-        return TransformersGenerator(model, tokenizer)
+        from .precision import resolve_compute_dtype
+
+        device = next(model.parameters()).device
+        return TransformersGenerator(model, tokenizer, compute_dtype=resolve_compute_dtype(cfg.model.compute_dtype, device))
     if b == Backend.vllm:
         return VLLMGenerator(model_path, tokenizer)
     if not cfg.model.openai_base_url:

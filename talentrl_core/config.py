@@ -145,6 +145,8 @@ class ModelConfig:
     "Weights dtype: float32, bfloat16 or float16."
     device: str = "auto"
     "cpu, cuda or auto."
+    compute_dtype: str = "auto"
+    "Autocast dtype of the matmuls (weights stay in ``dtype``): auto (bfloat16 where the CPU/GPU runs it natively), float32, bfloat16."
     backend: Backend = Backend.transformers
     "Generation backend for rollouts."
     openai_base_url: str = ""
@@ -171,6 +173,8 @@ class ModelConfig:
             raise ValueError("model.num_attention_heads must be divisible by model.num_key_value_heads")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"model.dtype={self.dtype!r}: choose float32, bfloat16 or float16")
+        if self.compute_dtype not in ("auto", "float32", "bfloat16"):
+            raise ValueError(f"model.compute_dtype={self.compute_dtype!r}: choose auto, float32 or bfloat16")
 
 
 @dataclass
@@ -287,6 +291,8 @@ class SFTConfig:
     "AdamW weight decay."
     save_steps: int = 100
     "Checkpoint every N steps (for resume)."
+    group_by_length: bool = True
+    "Batch samples of similar token length together (less padding); false: uniformly random batches."
     resume: bool = True
     "Resume from the last checkpoint in the output folder when there is one."
     min_skill_share: float = 0.8

@@ -22,7 +22,7 @@ import time
 import traceback
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol, Sequence
+from typing import Callable, Hashable, Optional, Protocol, Sequence
 
 from tqdm.auto import tqdm
 
@@ -101,6 +101,8 @@ class PolicyInput:
     seed: Optional[int]
     env: Optional[Env] = None
     env_name: str = ""
+    cache_key: Optional[Hashable] = None
+    "Same key on consecutive turns of one episode: a caching backend re-reads only the changed prompt tail."
 
 
 class Policy(Protocol):
@@ -153,7 +155,7 @@ class LLMPolicy:
         if hasattr(self.gen, "generate_chat"):  # OpenAI-compatible endpoint: chat in, text out
             return self.gen.generate_chat([it.messages for it in items], self.max_new_tokens, self.temperature, [it.seed for it in items])
         reqs = [
-            GenRequest(self.prompt_ids(it.messages), it.allowed if self.constrained else None, it.seed)
+            GenRequest(self.prompt_ids(it.messages), it.allowed if self.constrained else None, it.seed, it.cache_key)
             for it in items
         ]
         return self.gen.generate(reqs, self.max_new_tokens, self.temperature)
@@ -230,6 +232,7 @@ def run_episodes(
 ) -> list[Trajectory]:
     """Play every spec; returns trajectories in the order of ``specs``."""
     knowledge = knowledge or NoKnowledge()
+    run_key = uuid.uuid4().hex  # KV-cache keys of this call's episodes (see PolicyInput.cache_key)
     results: list[Optional[Trajectory]] = [None] * len(specs)
     queue = list(enumerate(specs))[::-1]
     slots: list[_Slot] = []
@@ -335,7 +338,8 @@ def run_episodes(
                 )
                 n_exec = sum(1 for st in s.traj.steps if not st.action.startswith("talent:"))
                 items.append(PolicyInput("exec", execution_messages(ctx), action_completions(s.traj.env, s.admissible),
-                                         None if s.spec.seed is None else s.spec.seed * 1000 + n_exec, s.env, s.traj.env))
+                                         None if s.spec.seed is None else s.spec.seed * 1000 + n_exec, s.env, s.traj.env,
+                                         cache_key=(run_key, id(s))))
             outs = policy.complete(items)
             for s, it, out in zip(active, items, outs):
                 action = parse_for_env(s.traj.env, out.text)

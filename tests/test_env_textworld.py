@@ -100,6 +100,22 @@ def test_generation_is_reproducible_and_leaves_home_alone(family, eval_tasks, tm
     assert not list((tmp_path / "other-cache").rglob("*.tmp"))  # no temp folders left behind
 
 
+def test_memoised_knowledge_base_gives_byte_identical_games(tmp_path, monkeypatch):
+    """Generation parses each challenge's knowledge base once per process; the game must not change."""
+    import contextlib
+
+    spec = GameSpec("tw-treasure_hunter", "level=5", 7)
+    memo = tw.generate_game(tmp_path / "memo", spec)
+    assert tw._KB_CACHE  # the parsed knowledge base was kept for the next game
+    monkeypatch.setattr(tw, "_memoised_knowledge_base", contextlib.nullcontext)
+    plain = tw.generate_game(tmp_path / "plain", spec)
+    assert memo.read_bytes() == plain.read_bytes()
+    assert memo.with_suffix(".json").read_bytes() == plain.with_suffix(".json").read_bytes()
+    from textworld.generator.data import KnowledgeBase
+
+    assert KnowledgeBase.load.__func__.__name__ == "load" and "_memoised" not in KnowledgeBase.load.__qualname__
+
+
 def test_cache_is_reused(family, eval_tasks, monkeypatch):
     task = eval_tasks[1]
     game = family.game_file(task)

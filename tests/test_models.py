@@ -75,3 +75,39 @@ def test_generation_free_and_constrained(tmp_path, shared_data):
     # per-row seeds: the same seed gives the same sample whatever the batch
     again = gen.generate([GenRequest(prompt, allowed, seed=1)], 12, 1.0)
     assert again[0].text == outs[1].text
+
+
+def _turn_prompts(tok, n_turns: int) -> list[list[list[int]]]:
+    """Per episode, one prompt per turn that extends a fixed head with a growing tail (like the rollout's)."""
+    eps = []
+    for e, goal in enumerate(["collect the coin", "find the key then open the chest", "go east twice"]):
+        turns, acts = [], []
+        for k in range(n_turns):
+            acts.append(["go east", "go west", "take coin"][(e + k) % 3])
+            msg = f"Task: {goal}\nSkills: go, then take\nActions so far: {'; '.join(acts)}\nObs: room {k}"
+            turns.append(tok.apply_chat_template([{"role": "user", "content": msg}], add_generation_prompt=True,
+                                                 tokenize=True, return_dict=True)["input_ids"])
+        eps.append(turns)
+    return eps
+
+
+def test_kv_reuse_and_forced_tokens_match_plain_decoding(tmp_path, shared_data):
+    """Cached prompt heads and trie-forced tokens change the cost, never the policy (float32: exact tokens)."""
+    model, tok = load_model(build_tiny(SMALL, tmp_path / "m", shared_data))
+    allowed = ["<action>go east</action>", "<action>take coin</action>", "<action>go west</action>"]
+    cached = TransformersGenerator(model, tok)
+    plain = TransformersGenerator(model, tok)
+    eps = _turn_prompts(tok, 4)
+    for k in range(4):
+        live = list(range(3)) if k < 2 else [0, 2]  # episode 1 ends after two turns: its cache is dropped
+        reqs = [GenRequest(eps[e][k], allowed, seed=10 * e + k, cache_key=("run", e)) for e in live]
+        a = cached.generate(reqs, 12, 1.0)
+        b = [plain.generate([GenRequest(eps[e][k], allowed, seed=10 * e + k)], 12, 1.0)[0] for e in live]
+        for x, y in zip(a, b):
+            assert x.token_ids == y.token_ids and x.text == y.text and x.prompt_tokens == y.prompt_tokens
+            assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+        assert set(cached._kv) == {("run", e) for e in live}
+    st = cached.stats
+    assert st["prefilled_tokens"] < 0.7 * st["prompt_tokens"]  # later turns re-read only the changed tail
+    # forced tokens cost no forward: '<action>' starts every completion and '</action>' + eos end it
+    assert all(lp == 0.0 for lp in (a[0].logprobs[0], a[0].logprobs[-1], a[0].logprobs[-2]))

@@ -36,7 +36,8 @@ from talentrl_core.rollout import run_episodes
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, intermediate_size=64,
-             vocab_size=600, max_position_embeddings=512, device="cpu", max_new_tokens=16)
+             vocab_size=600, max_position_embeddings=512, device="cpu", max_new_tokens=16,
+             compute_dtype="float32")  # exact log-prob checks; bf16 autocast is covered in test_models.py
 BANK = {
     "version": 1,
     "talents": {"textworld": [
@@ -92,7 +93,8 @@ def bank_file(tmp_path_factory):
 
 
 def make_cfg(env_cfg, tmp, **rl) -> TalentRLConfig:
-    base = dict(steps=1, tasks_per_step=2, group_size=8, n_arms=2, lr=1e-3, checkpoint_every=1, seed=0)
+    # seed 2: both groups of the first step have reward variance (seed 0 draws all-zero groups, which are filtered)
+    base = dict(steps=1, tasks_per_step=2, group_size=8, n_arms=2, lr=1e-3, checkpoint_every=1, seed=2)
     base.update(rl)
     return TalentRLConfig(experiment="test", artifacts_dir=str(tmp), env=env_cfg, model=ModelConfig(**SMALL),
                           rl=RLConfig(**base), tracker=TrackerConfig(mode="disabled"))

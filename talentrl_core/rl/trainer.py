@@ -76,6 +76,7 @@ from ..config import Backend, Decoding, TalentRLConfig
 from ..envs.base import Task
 from ..io import atomic_dir, read_json, write_json
 from ..prompts import format_talent, routing_messages
+from ..precision import autocast
 from ..rollout import EpisodeSpec, Knowledge, LLMPolicy, RolloutSettings, run_episodes
 from ..tracking import NullTracker, redact
 from ..trajectories import Trajectory
@@ -186,6 +187,10 @@ class RLTrainer:
         if self.ref_model is not None:
             self.ref_model.to(self.acc.device)
         self.params = params
+        from ..precision import resolve_compute_dtype
+
+        # Rollout, routing scores and the update share one autocast dtype: PPO ratios compare like with like.
+        self.compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, self.acc.device)
         self.vocab = self.acc.unwrap_model(self.model).get_output_embeddings().weight.shape[0]
         self.tries = TrieCache(self.tok)
 
@@ -287,8 +292,9 @@ class RLTrainer:
                 candidates.append(Sample("route", prompt, completion_ids_of(self.tok, format_talent(tid)), [], allowed, gr.index))
         model = self.unwrapped()
         model.eval()
-        scores = score_completions(model, self.tok, candidates, self.vocab, self.cfg.model.temperature,
-                                   self.rl.micro_batch_size, self.tries)
+        with autocast(self.compute_dtype, self.acc.device):
+            scores = score_completions(model, self.tok, candidates, self.vocab, self.cfg.model.temperature,
+                                       self.rl.micro_batch_size, self.tries)
         pos = 0
         for gr in groups:
             n = len(gr.menu_ids)
@@ -415,7 +421,8 @@ class RLTrainer:
         micro-batches than another (after zero-variance filtering the shards differ in size)."""
         pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         ids = torch.full((1, 2), pad, dtype=torch.long, device=self.acc.device)
-        out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, use_cache=False)
+        with autocast(self.compute_dtype, self.acc.device):
+            out = self.model(input_ids=ids, attention_mask=torch.ones_like(ids), logits_to_keep=1, use_cache=False)
         return out.logits.float().sum() * 0.0
 
     @torch.no_grad()
@@ -429,8 +436,10 @@ class RLTrainer:
     def update(self, samples: list[Sample]) -> dict[str, float]:
         rl = self.rl
         temp = self.cfg.model.temperature
-        route = [s for s in samples if s.kind == "route"]
-        exe = [s for s in samples if s.kind == "exec"]
+        # Micro-batches of similar length (less padding); the loss is a sum over micro-batches, so order is free.
+        by_len = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        route = [s for s in by_len if s.kind == "route"]
+        exe = [s for s in by_len if s.kind == "exec"]
         units = self._sum({"route": self._units(route), "exec": self._units(exe), "samples": len(samples)})
         mb = rl.micro_batch_size
         micro = [("route", route[i:i + mb]) for i in range(0, len(route), mb)] + [("exec", exe[i:i + mb]) for i in range(0, len(exe), mb)]
@@ -451,8 +460,9 @@ class RLTrainer:
                     else:
                         kind, chunk = micro[i]
                         batch = collate(chunk, self.tok, self.vocab, self.acc.device, self.tries)
-                        logp = token_logprobs(self.model, batch, temp)  # (B, T), carries the gradient
-                        ref = self._ref_logprobs(batch) if rl.beta_kl > 0 else None
+                        with autocast(self.compute_dtype, self.acc.device):
+                            logp = token_logprobs(self.model, batch, temp)  # (B, T), carries the gradient
+                            ref = self._ref_logprobs(batch) if rl.beta_kl > 0 else None
                         loss_k, m = ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, batch.mask, rl.clip_eps,
                                                   rl.token_agg, ref, rl.beta_kl)
                         # Weight so that the sum over micro-batches and processes is the step-wide aggregate;

@@ -105,8 +105,8 @@ class EnvConfig:
     "URL of a Search-R1-style /retrieve server when retriever=http."
     topk: int = 3
     "Passages returned per search."
-    cache_dir: str = "${artifacts_dir}/cache"
-    "Where unpacked games and generated games are cached."
+    cache_dir: str = "${oc.env:TALENTRL_CACHE_DIR,${artifacts_dir}/cache}"
+    "Where unpacked and generated games are cached; set TALENTRL_CACHE_DIR to share one cache between clones (games are deterministic per challenge, settings and seed)."
 
     def __post_init__(self) -> None:
         if self.max_steps < 1:
@@ -291,8 +291,8 @@ class SFTConfig:
     "AdamW weight decay."
     save_steps: int = 100
     "Checkpoint every N steps (for resume)."
-    group_by_length: bool = True
-    "Batch samples of similar token length together (less padding); false: uniformly random batches."
+    micro_batch_size: int = 4
+    "Samples per forward pass: each step's batch_size random samples run sorted by length in micro-batches of this size (less padding, the same gradient)."
     resume: bool = True
     "Resume from the last checkpoint in the output folder when there is one."
     min_skill_share: float = 0.8
@@ -303,6 +303,11 @@ class SFTConfig:
     "Train the routing sample (task + menu -> <talent>ID</talent>)."
     seed: int = 0
     "Training seed."
+
+    def __post_init__(self) -> None:
+        if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
+            raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="
+                             f"{self.micro_batch_size}: set sft.micro_batch_size to a divisor of it")
 
 
 @dataclass

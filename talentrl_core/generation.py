@@ -11,6 +11,7 @@ same random numbers (matched interventions, DESIGN.md §5) whatever else is in t
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Hashable, Optional, Protocol, Sequence
@@ -94,8 +95,13 @@ def _mask_logits(logits: torch.Tensor, allowed: list[int]) -> torch.Tensor:
 class TransformersGenerator:
     """Batched sampling with a KV cache over left-padded prompts; constrained rows use a token trie."""
 
-    def __init__(self, model, tokenizer, max_context: Optional[int] = None, compute_dtype: torch.dtype = torch.float32):
+    def __init__(self, model, tokenizer, max_context: Optional[int] = None, compute_dtype: torch.dtype = torch.float32,
+                 reuse_kv: bool = True, skip_forced: bool = True):
         self.model = model
+        self.reuse_kv = reuse_kv
+        "Keep keyed prompts' KV caches between calls (False: every prompt is read whole; bench baseline)."
+        self.skip_forced = skip_forced
+        "Append trie-forced tokens without a forward (False: one forward per token; bench baseline)."
         self.compute_dtype = compute_dtype
         "Autocast dtype of the forward passes (``talentrl_core.precision``); the RL update uses the same."
         self.tok = tokenizer
@@ -120,6 +126,8 @@ class TransformersGenerator:
         from .precision import autocast
 
         device = next(self.model.parameters()).device if requests else "cpu"
+        if not self.reuse_kv:
+            requests = [dataclasses.replace(r, cache_key=None) for r in requests]
         # Rows that continue a cached prompt and rows that start afresh go through separate passes: in one
         # (B, R + S) layout a fresh 450-token row would make every continuing row pad to R + 450.
         warm = [i for i, r in enumerate(requests) if r.cache_key is not None and r.cache_key in self._kv]
@@ -251,7 +259,8 @@ class TransformersGenerator:
         tries = [self._trie(r.allowed) if r.allowed else None for r in requests]
         gens = self._seeded(requests)
         B = len(prompts)
-        generated = [tr.forced(()) if tr is not None else [] for tr in tries]
+        forced = (lambda tr, prefix: tr.forced(prefix) if tr is not None and self.skip_forced else [])
+        generated = [forced(tr, ()) for tr in tries]
         logps: list[list[float]] = [[0.0] * len(g) for g in generated]
         done = [bool(g) and g[-1] == self.eos for g in generated]
         feed: list[list[int]] = [[] for _ in range(B)]  # forced tokens still to be read before the next choice
@@ -269,7 +278,7 @@ class TransformersGenerator:
                     if t is None:
                         done[i] = True
                         continue
-                    tail = tries[i].forced(generated[i] + [t]) if tries[i] is not None else []
+                    tail = forced(tries[i], generated[i] + [t])
                     generated[i] += [t] + tail
                     logps[i] += [lp] + [0.0] * len(tail)
                     feed[i] = [t] + tail

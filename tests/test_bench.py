@@ -45,3 +45,26 @@ def test_bench_rollout_prints_the_ratio(tmp_path, shared_data, session_cache):
 def test_bench_retrieval_prints_the_speedup(tmp_path):
     stdout = _run("bench_retrieval.py", "--sizes", "2000", "--queries", "5", "--flat-queries", "2", tmp_path=tmp_path)
     assert "speed-up" in stdout
+
+
+def test_bench_mfu_prints_both_precisions(tmp_path):
+    res = tmp_path / "mfu.json"
+    stdout = _run("bench_mfu.py", "--threads", "1", "--hidden", "64", "--layers", "2", "--ffn", "128", "--batch", "2",
+                  "--length", "32", "--eval-batch", "2", "--new-tokens", "2", "--repeats", "1", "--json", str(res),
+                  tmp_path=tmp_path)
+    assert "bf16/fp32" in stdout
+    rows = json.loads(res.read_text())["rows"]
+    assert set(rows) == {"sft_step", "rl_update", "eval_prefill", "eval_decode"}
+    assert all(r["fp32_gflops"] > 0 and r["bf16_gflops"] > 0 for r in rows.values())
+
+
+def test_bench_stages_compares_before_and_today(tmp_path, shared_data):
+    res = tmp_path / "stages.json"
+    stdout = _run("bench_stages.py", "--games", "1", "--train-games", "1", "--sft-steps", "1", "--episodes", "2",
+                  "--threads", "1", "--hidden", "32", "--layers", "2", "--ffn", "64", "--json", str(res), tmp_path=tmp_path)
+    assert "today/before" in stdout
+    rows = json.loads(res.read_text())
+    assert set(rows) == {"games", "sft", "rollout"}
+    assert all(r["before"] > 0 and r["today"] > 0 for r in rows.values())
+    toks = rows["rollout"]["prefilled_tokens_per_step"]
+    assert toks["today"] < toks["before"]  # later turns re-read only the changed tail of the prompt

@@ -203,3 +203,20 @@ def test_rl_training_history_goes_into_metrics_and_report(tmp_path):
     (paths.rl_checkpoint / "talentrl_meta.json").write_text("{not json")
     with pytest.raises(ValueError, match="talentrl_meta.json"):
         rl_training(paths, ["talentrl"])
+
+
+def test_evaluation_cost_section_reports_prompt_and_prefilled_tokens_per_step():
+    from talentrl_core.evaluation.report import render_markdown
+    from talentrl_core.evaluation.runner import run_perf
+
+    class T:
+        steps = [0] * 5
+
+    c = run_perf([T(), T()], 12.34, {"prompt_tokens": 100, "prefilled_tokens": 100, "forwards": 3},
+                 {"prompt_tokens": 4600, "prefilled_tokens": 1900, "forwards": 23})
+    assert c == {"seconds": 12.3, "policy_steps": 10, "prompt_tokens": 4500, "prefilled_tokens": 1800, "forwards": 20}
+    m = build_metrics(_results(), n_boot=50)
+    assert "Evaluation cost" not in render_markdown(m)  # no perf recorded: no section
+    m["perf"] = {"talentrl": {"textworld": c}}
+    validate_metrics(m)
+    assert "| talentrl | textworld | 12 | 10 | 450 | 180 |" in render_markdown(m)

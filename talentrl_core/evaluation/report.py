@@ -367,6 +367,23 @@ def _panels(metrics: Mapping) -> list[str]:
     return sorted({p for panels in metrics["systems"].values() for p in panels})
 
 
+def perf_section(metrics: Mapping) -> list[str]:
+    """What each greedy run cost: seconds, policy steps, and prompt tokens per step asked for vs run (KV reuse)."""
+    perf = metrics.get("perf") or {}
+    rows = []
+    for s in _order_systems(perf):
+        for p, c in sorted(perf[s].items()):
+            n = max(c.get("policy_steps", 0), 1)
+            rows.append([s, p, f"{c.get('seconds', 0):.0f}", str(c.get("policy_steps", 0)),
+                         f"{c.get('prompt_tokens', 0) / n:.0f}", f"{c.get('prefilled_tokens', 0) / n:.0f}"])
+    if not rows:
+        return []
+    return ["## Evaluation cost (greedy runs)", "",
+            "Prompt tokens per policy step, as built and as actually read by the model (the rest came from the "
+            "episode's KV cache).", "",
+            _md_table(["system", "panel", "seconds", "policy steps", "prompt tok/step", "prefilled tok/step"], rows), ""]
+
+
 def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     """The Markdown report: systems × panels, per-task-type tables, tokens, avg@k, routing, notes."""
     systems = _order_systems(metrics["systems"])
@@ -440,6 +457,7 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
         out += [_md_table(["system", "updates", "reward first", "reward last", "contrast = 0", "arm divergence",
                            "routing entropy", "KL", "clip frac"], rows), ""]
 
+    out += perf_section(metrics)
     out += ["## Notes", ""]
     out.append("- Success and its interval use greedy episodes (one per task); avg@k uses sampled attempts.")
     for p in panels:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -87,6 +88,16 @@ def rl_training(paths: ArtifactPaths, systems) -> dict:
     return out
 
 
+def run_perf(trajs, seconds: float, before: dict, after: dict) -> dict:
+    """Cost of one greedy run: wall seconds, policy steps, prompt tokens asked for and actually prefilled.
+
+    >>> run_perf([], 2.0, {"prompt_tokens": 10, "prefilled_tokens": 4}, {"prompt_tokens": 110, "prefilled_tokens": 44})
+    {'seconds': 2.0, 'policy_steps': 0, 'prompt_tokens': 100, 'prefilled_tokens': 40, 'forwards': 0}
+    """
+    delta = {k: int(after.get(k, 0) - before.get(k, 0)) for k in ("prompt_tokens", "prefilled_tokens", "forwards")}
+    return {"seconds": round(seconds, 1), "policy_steps": sum(len(t.steps) for t in trajs), **delta}
+
+
 def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) -> dict:
     """Evaluate ``cfg.eval.systems`` on ``cfg.eval.panels``; write metrics.json, report.md and plots."""
     from ..agent import load_policy
@@ -97,6 +108,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     results: list[EpisodeResult] = []
     skipped: dict[str, str] = {}
     policies: dict[str, object] = {}
+    perf: dict[str, dict] = {}
     for panel in ev.panels:
         env_cfg, split = panel_env(cfg, panel)
         family = make_family(env_cfg, Path(env_cfg.cache_dir))
@@ -121,8 +133,12 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
                 policy.name = system
                 specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills, seed=ev.seed * 100003 + 7919 * k + i)
                          for i, t in enumerate(tasks)]
+                t0, before = time.perf_counter(), dict(getattr(policy.gen, "stats", {}))
                 trajs = run_episodes(family.make, specs, policy, dataclasses.replace(settings, checkpoint=str(ckpt)),
                                      knowledge, cfg.collect.batch_size, progress)
+                if k == 0:
+                    perf.setdefault(system, {})[panel] = run_perf(trajs, time.perf_counter() - t0, before,
+                                                                  getattr(policy.gen, "stats", {}))
                 for t in trajs:
                     oracle = knowledge.oracle_talent(t.env, t.task_type, t.task_id) if spec.use_skills else None
                     results.append(EpisodeResult(
@@ -134,6 +150,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
         raise RuntimeError(f"nothing to evaluate: {skipped or 'no systems/panels configured'}")
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)
     metrics["skipped_systems"] = skipped
+    metrics["perf"] = perf
     training = rl_training(paths, [s for s in ev.systems if s not in skipped])
     if training:
         metrics["training"] = training

@@ -189,36 +189,14 @@ def labelled_positions_trainer(base):
     return LabelledPositionsSFTTrainer
 
 
-def train_sft(
-    data: SFTData,
-    base_model: str,
-    out_dir: str | Path,
-    cfg: SFTConfig,
-    model_cfg: ModelConfig,
-    meta: Optional[dict] = None,
-    report_to: str = "none",
-) -> dict:
-    """Fine-tune with TRL's SFTTrainer (assistant-only loss); resumable from ``<out_dir>.work/checkpoint-*``.
-
-    The finished model is swapped into ``out_dir`` atomically with ``talentrl_meta.json`` (config, library
-    version, data report, losses).
-    """
-    import torch
-    from datasets import Dataset
-    from transformers import TrainerCallback
-    from trl import SFTConfig as TRLSFTConfig
-    from trl import SFTTrainer
-
-    from .models import load_model
-    from .precision import resolve_compute_dtype
-
-    out_dir = Path(out_dir)
-    work = out_dir.with_name(out_dir.name + ".work")
-    # Resume only an interrupted run of *this* job: same base, data and settings. Anything else starts afresh.
+def prepare_work_dir(out_dir: Path, base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> Path:
+    """``<out_dir>.work``, kept for resume only when an interrupted run of *this* job left it (same base, data and
+    settings, recorded as a fingerprint); anything else starts afresh."""
     import dataclasses
     import hashlib
     import shutil
 
+    work = out_dir.with_name(out_dir.name + ".work")
     fingerprint = hashlib.sha1(json.dumps(
         [base_model, dataclasses.asdict(cfg), dataclasses.asdict(model_cfg), [s["messages"] for s in data.samples]],
         sort_keys=True, default=str).encode()).hexdigest()
@@ -227,17 +205,12 @@ def train_sft(
         shutil.rmtree(work)
     work.mkdir(parents=True, exist_ok=True)
     stamp.write_text(fingerprint)
-    model, tok = load_model(base_model, model_cfg)
-    if model_cfg.lora:
-        from peft import LoraConfig, get_peft_model
+    return work
 
-        model = get_peft_model(model, LoraConfig(r=model_cfg.lora_r, lora_alpha=2 * model_cfg.lora_r, task_type="CAUSAL_LM", target_modules="all-linear"))
-    max_length = min(cfg.max_length, getattr(model.config, "max_position_embeddings", cfg.max_length))
-    rows = [tokenize_sample(tok, s["messages"], max_length) for s in data.samples]
-    per_step = cfg.batch_size * cfg.grad_accum
-    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps, cfg.seed)
-    ds = Dataset.from_list(rows).select(order)
-    args = TRLSFTConfig(
+
+def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length: int, report_to: str, bf16: bool) -> dict:
+    """Keyword arguments of TRL's ``SFTConfig`` for this run."""
+    return dict(
         output_dir=str(work),
         max_steps=cfg.max_steps,
         learning_rate=cfg.lr,
@@ -260,9 +233,47 @@ def train_sft(
         dataloader_num_workers=0,
         train_sampling_strategy="sequential",  # the order is length_sorted_order's: random steps, sorted within
         disable_tqdm=False,
-        # bf16 autocast over float32 master weights where the hardware runs it natively (precision.py).
-        bf16=model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16,
+        bf16=bf16,  # bf16 autocast over float32 master weights where the hardware runs it natively (precision.py)
     )
+
+
+def train_sft(
+    data: SFTData,
+    base_model: str,
+    out_dir: str | Path,
+    cfg: SFTConfig,
+    model_cfg: ModelConfig,
+    meta: Optional[dict] = None,
+    report_to: str = "none",
+) -> dict:
+    """Fine-tune with TRL's SFTTrainer (assistant-only loss); resumable from ``<out_dir>.work/checkpoint-*``.
+
+    The finished model is swapped into ``out_dir`` atomically with ``talentrl_meta.json`` (config, library
+    version, data report, losses).
+    """
+    import torch
+    from datasets import Dataset
+    from transformers import TrainerCallback
+    from trl import SFTConfig as TRLSFTConfig  # noqa: N814
+    from trl import SFTTrainer
+
+    from .models import load_model
+    from .precision import resolve_compute_dtype
+
+    out_dir = Path(out_dir)
+    work = prepare_work_dir(out_dir, base_model, data, cfg, model_cfg)
+    model, tok = load_model(base_model, model_cfg)
+    if model_cfg.lora:
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=model_cfg.lora_r, lora_alpha=2 * model_cfg.lora_r, task_type="CAUSAL_LM", target_modules="all-linear"))
+    max_length = min(cfg.max_length, getattr(model.config, "max_position_embeddings", cfg.max_length))
+    rows = [tokenize_sample(tok, s["messages"], max_length) for s in data.samples]
+    per_step = cfg.batch_size * cfg.grad_accum
+    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps, cfg.seed)
+    ds = Dataset.from_list(rows).select(order)
+    bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
+    args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
 
     class WallClock(TrainerCallback):
         def __init__(self):

@@ -381,6 +381,10 @@ def test_tracker_offline_disabled_and_redacted(tmp_path, monkeypatch):
         t.log({"sft/loss": 1.0}, step=1)
     assert t.run_id and t.metadata()["wandb_mode"] == "offline"
     [logged] = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")  # the run's config is in here
+    # wandb's service process may still be flushing the file after finish() under load: wait for it (bounded)
+    deadline = time.time() + 60
+    while b"token_agg" not in logged.read_bytes() and time.time() < deadline:
+        time.sleep(0.5)
     assert b"token_agg" in logged.read_bytes() and b"api_key" not in logged.read_bytes()
 
 

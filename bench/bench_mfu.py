@@ -64,8 +64,7 @@ def build_model(args):
 
 def matmul_params(model) -> int:
     """Parameters that take part in a matmul per token: every Linear plus the (tied) output head."""
-    n = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
-    return n if model.lm_head.weight is not model.model.embed_tokens.weight else n  # lm_head is a Linear
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))  # lm_head included
 
 
 def fwd_flops_per_token(model, ctx: int) -> float:

@@ -131,7 +131,8 @@ class TransformersGenerator:
         # Rows that continue a cached prompt and rows that start afresh go through separate passes: in one
         # (B, R + S) layout a fresh 450-token row would make every continuing row pad to R + 450.
         warm = [i for i, r in enumerate(requests) if r.cache_key is not None and r.cache_key in self._kv]
-        cold = [i for i in range(len(requests)) if i not in set(warm)]
+        warm_set = set(warm)
+        cold = [i for i in range(len(requests)) if i not in warm_set]
         results: list[Optional[GenResult]] = [None] * len(requests)
         with torch.no_grad(), autocast(self.compute_dtype, device):
             for part in (warm, cold):

@@ -96,7 +96,7 @@ def test_kv_reuse_and_forced_tokens_match_plain_decoding(tmp_path, shared_data):
     model, tok = load_model(build_tiny(SMALL, tmp_path / "m", shared_data))
     allowed = ["<action>go east</action>", "<action>take coin</action>", "<action>go west</action>"]
     cached = TransformersGenerator(model, tok)
-    plain = TransformersGenerator(model, tok)
+    plain = TransformersGenerator(model, tok, reuse_kv=False)
     eps = _turn_prompts(tok, 4)
     for k in range(4):
         live = list(range(3)) if k < 2 else [0, 2]  # episode 1 ends after two turns: its cache is dropped
@@ -111,3 +111,10 @@ def test_kv_reuse_and_forced_tokens_match_plain_decoding(tmp_path, shared_data):
     assert st["prefilled_tokens"] < 0.7 * st["prompt_tokens"]  # later turns re-read only the changed tail
     # forced tokens cost no forward: '<action>' starts every completion and '</action>' + eos end it
     assert all(lp == 0.0 for lp in (a[0].logprobs[0], a[0].logprobs[-1], a[0].logprobs[-2]))
+    # greedy, against the old decoder (whole prompt, one forward per token): the same tokens and log-probs
+    old = TransformersGenerator(model, tok, reuse_kv=False, skip_forced=False)
+    reqs = [GenRequest(eps[e][0], allowed, cache_key=("greedy", e)) for e in range(3)]
+    for x, y in zip(TransformersGenerator(model, tok).generate(reqs, 12, 0.0), old.generate(reqs, 12, 0.0)):
+        assert x.token_ids == y.token_ids
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4)
+    assert old.stats["forwards"] > 1  # the old path reads every token, forced or not

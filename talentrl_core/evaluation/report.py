@@ -367,6 +367,29 @@ def _panels(metrics: Mapping) -> list[str]:
     return sorted({p for panels in metrics["systems"].values() for p in panels})
 
 
+def training_section(metrics: Mapping) -> list[str]:
+    """The "RL training" table: reward trend, routing contrast, arm divergence, entropy, KL, clip fraction."""
+    training = metrics.get("training") or {}
+    if not training:
+        return []
+    out = ["## RL training (each checkpoint's own per-update history)", "",
+           "Rollout reward over the first and last third of the updates. For TalentRL: how often the routing "
+           "contrast was exactly 0 (the talent choice got no credit), the share of seed-matched rollouts whose "
+           "actions differed between talent arms (near 0: the executor ignores the talent), and the routing "
+           "entropy at the first and last update.", ""]
+
+    def num(t: Mapping, k: str, f: str = "{:.3f}") -> str:
+        return f.format(t[k]) if k in t else "—"
+
+    rows = [[s, str(t.get("updates", 0)), num(t, "reward_first"), num(t, "reward_last"), num(t, "contrast_zero_share"),
+             num(t, "divergence_mean"), f"{num(t, 'entropy_first')} → {num(t, 'entropy_last')}" if "entropy_first" in t else "—",
+             num(t, "kl_mean", "{:.2g}"), num(t, "clip_frac_mean")]
+            for s, t in ((s, training[s]) for s in _order_systems(training))]
+    out += [_md_table(["system", "updates", "reward first", "reward last", "contrast = 0", "arm divergence",
+                       "routing entropy", "KL", "clip frac"], rows), ""]
+    return out
+
+
 def perf_section(metrics: Mapping) -> list[str]:
     """What each greedy run cost: seconds, policy steps, and prompt tokens per step asked for vs run (KV reuse)."""
     perf = metrics.get("perf") or {}
@@ -439,24 +462,7 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
                 for p, comps in sorted(paired.items()) for pair, c in comps.items()]
         out += [_md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p"], rows), ""]
 
-    training = metrics.get("training") or {}
-    if training:
-        out += ["## RL training (each checkpoint's own per-update history)", "",
-                "Rollout reward over the first and last third of the updates. For TalentRL: how often the routing "
-                "contrast was exactly 0 (the talent choice got no credit), the share of seed-matched rollouts whose "
-                "actions differed between talent arms (near 0: the executor ignores the talent), and the routing "
-                "entropy at the first and last update.", ""]
-
-        def num(t: Mapping, k: str, f: str = "{:.3f}") -> str:
-            return f.format(t[k]) if k in t else "—"
-
-        rows = [[s, str(t.get("updates", 0)), num(t, "reward_first"), num(t, "reward_last"), num(t, "contrast_zero_share"),
-                 num(t, "divergence_mean"), f"{num(t, 'entropy_first')} → {num(t, 'entropy_last')}" if "entropy_first" in t else "—",
-                 num(t, "kl_mean", "{:.2g}"), num(t, "clip_frac_mean")]
-                for s, t in ((s, training[s]) for s in _order_systems(training))]
-        out += [_md_table(["system", "updates", "reward first", "reward last", "contrast = 0", "arm divergence",
-                           "routing entropy", "KL", "clip frac"], rows), ""]
-
+    out += training_section(metrics)
     out += perf_section(metrics)
     out += ["## Notes", ""]
     out.append("- Success and its interval use greedy episodes (one per task); avg@k uses sampled attempts.")

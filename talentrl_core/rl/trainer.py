@@ -76,7 +76,7 @@ from ..config import Backend, Decoding, TalentRLConfig
 from ..envs.base import Task
 from ..io import atomic_dir, read_json, write_json
 from ..prompts import format_talent, routing_messages
-from ..precision import autocast
+from ..precision import autocast, resolve_compute_dtype
 from ..rollout import EpisodeSpec, Knowledge, LLMPolicy, RolloutSettings, run_episodes
 from ..tracking import NullTracker, redact
 from ..trajectories import Trajectory
@@ -187,8 +187,6 @@ class RLTrainer:
         if self.ref_model is not None:
             self.ref_model.to(self.acc.device)
         self.params = params
-        from ..precision import resolve_compute_dtype
-
         # Rollout, routing scores and the update share one autocast dtype: PPO ratios compare like with like.
         self.compute_dtype = resolve_compute_dtype(cfg.model.compute_dtype, self.acc.device)
         self.vocab = self.acc.unwrap_model(self.model).get_output_embeddings().weight.shape[0]

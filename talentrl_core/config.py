@@ -196,7 +196,9 @@ class LibraryConfig:
     k_mistake: int = 1
     "Top-K mistakes retrieved."
     n_talents: int = 0
-    "Number of talents (clusters); 0 chooses by silhouette over 3..8."
+    "Number of talents (clusters); 0: one per strategy expert when trajectories carry strategies, else chosen by silhouette over 3..8."
+    filter_task_type: bool = False
+    "Restrict retrieved specific skills and mistakes to the task's gold task type (an ablation: the policy never sees that label)."
     min_support: float = 0.3
     "Offline distiller: a pattern must occur in this share of a task type's successes."
     dedup_threshold: float = 0.95
@@ -265,10 +267,14 @@ class CollectConfig:
     "For policy=llm: checkpoint folder (default: the latest SFT checkpoint)."
     random_episodes: int = 0
     "Extra episodes by the random policy on the same tasks: failures for mistake mining (0: none)."
+    strategies: list[str] = field(default_factory=lambda: ["all"])
+    "policy=expert: strategy experts to run on every task (envs/strategies.py). all: every one the env registers (its single expert when it has none); none: the env's strategy-blind expert; else names."
 
     def __post_init__(self) -> None:
         if self.batch_size < 1 or self.workers < 1:
             raise ValueError("collect.batch_size and collect.workers must be >= 1")
+        if not self.strategies:
+            raise ValueError("collect.strategies is empty: give 'all', 'none' or strategy names")
 
 
 @dataclass

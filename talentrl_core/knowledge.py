@@ -22,17 +22,22 @@ class LibraryKnowledge:
         self.flat = flat
         self.version = library.version
         self._ctx = lru_cache(maxsize=65536)(self._context)
+        self._strategy_envs = {l.env for l in library.labels() if l.kind == "matrix"}
 
     def menu(self, env: str) -> list[TalentView]:
+        """The routing menu: talents in content-id order, shown as ``T1``…``Tk`` (the same content, the same
+        label in every library version that holds the same talents)."""
         if self.flat:
             return []
-        return [TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy) for t in self.lib.talents(env)]
+        return [TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy, label=f"T{i}")
+                for i, t in enumerate(self.lib.talents(env), 1)]
 
     def _context(self, env: str, goal: str, task_type: str, talent_id: Optional[str], use_skills: bool) -> SkillContext:
         talent = None
         if talent_id is not None and not self.flat:
             t = self.lib.talent(talent_id)
-            talent = TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy)
+            talent = TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy,
+                                label=next((m.label for m in self.menu(env) if m.talent_id == talent_id), ""))
         if not use_skills or not self.lib.skills(env):
             return SkillContext(talent, [], [])
         res = self.lib.retrieve(
@@ -41,7 +46,7 @@ class LibraryKnowledge:
             lam=0.0 if self.flat else self.cfg.lam,
             delta=self.cfg.delta,
             env=env,
-            task_type=task_type,
+            task_type=task_type if self.cfg.filter_task_type else None,  # the gold label only in the ablation
         )
         views = [SkillView(s.skill_id, s.kind, s.title, s.principle) for s in res.skills]
         return SkillContext(talent, views, [s.skill_id for s in res.skills], [s.score for s in res.skills])
@@ -58,7 +63,17 @@ class LibraryKnowledge:
         return (self.lib.label_for(task_id) if task_id else None) or self.lib.oracle_talent(env, task_type)
 
     def label_for(self, traj) -> Optional[str]:
+        """The talent a trajectory's execution samples carry (a strategy trajectory: its strategy's talent)."""
         return None if self.flat else self.lib.label_for(traj)
+
+    def routing_label(self, traj) -> Optional[str]:
+        """The routing target of a trajectory's task: in a strategy library, the talent whose strategy measured
+        best on the task's type (``strategy_labels.py``); otherwise the trajectory's own label."""
+        if self.flat:
+            return None
+        if traj.env in self._strategy_envs:
+            return self.lib.oracle_talent(traj.env, traj.task_type)
+        return self.lib.label_for(traj)
 
 
 def open_knowledge(cfg: LibraryConfig, flat: bool = False) -> LibraryKnowledge:

@@ -90,6 +90,29 @@ class TalentView:
     name: str
     when_to_apply: str
     strategy: str = ""
+    label: str = ""
+    "The short id the routing menu shows (``T1``…``Tk``); the content-hash ``talent_id`` stays the key."
+
+    @property
+    def shown(self) -> str:
+        return self.label or self.talent_id
+
+
+def menu_choice(menu: Sequence[TalentView], shown: Optional[str]) -> Optional[str]:
+    """The ``talent_id`` a routing answer names (its menu label, or the id itself); None when unknown.
+
+    >>> menu_choice([TalentView("T-ab12", "Explore", "", label="T1")], "T1")
+    'T-ab12'
+    """
+    for t in menu:
+        if shown in (t.label, t.talent_id):
+            return t.talent_id
+    return None
+
+
+def shown_id(menu: Sequence[TalentView], talent_id: str) -> str:
+    """What the menu shows for ``talent_id`` (its label; the id itself when it is not on the menu)."""
+    return next((t.shown for t in menu if t.talent_id == talent_id), talent_id)
 
 
 @dataclass
@@ -101,7 +124,7 @@ class SkillView:
 
 
 def routing_messages(env: str, goal: str, menu: Sequence[TalentView]) -> list[dict]:
-    lines = [f"{t.talent_id}: {escape_data(t.name)} — {escape_data(t.when_to_apply)}" for t in menu]
+    lines = [f"{t.shown}: {escape_data(t.name)} — {escape_data(t.when_to_apply)}" for t in menu]
     user = f"Task: {goal}\nChoose a strategy:\n" + "\n".join(lines) + "\nReply with <talent>ID</talent>."
     return [{"role": "system", "content": RULES[env]}, {"role": "user", "content": user}]
 

@@ -36,6 +36,7 @@ from .prompts import (
     format_action,
     format_talent,
     parse_for_env,
+    menu_choice,
     parse_talent,
     routing_messages,
 )
@@ -112,14 +113,27 @@ class Policy(Protocol):
 
 
 class ExpertPolicy:
-    """The environment's expert, written in the policy's completion format (SFT labels)."""
+    """The environment's expert, written in the policy's completion format (SFT labels).
+
+    ``strategy`` names one of the family's strategy experts (``envs.strategies``): the env's
+    ``strategy_action(strategy)`` acts instead of its strategy-blind ``expert_action()``, and every
+    trajectory records the strategy.
+    """
 
     name = "expert"
+
+    def __init__(self, strategy: Optional[str] = None):
+        self.strategy = strategy
+
+    def _act(self, env) -> Optional[str]:
+        if env is None:
+            return None
+        return env.strategy_action(self.strategy) if self.strategy else env.expert_action()
 
     def complete(self, items):
         out = []
         for it in items:
-            act = it.env.expert_action() if it.env is not None else None
+            act = self._act(it.env)
             text = format_action(it.env_name, act) if act else ""
             out.append(GenResult(text=text, token_ids=[], prompt_tokens=0))
         return out
@@ -257,6 +271,7 @@ def run_episodes(
             run_id=settings.run_id, env=task.env, split=task.split or settings.split, task_id=task.task_id,
             task_type=task.task_type, task_json=task.to_json(), group_uid=spec.group_uid or uuid.uuid4().hex,
             arm=spec.arm, library_version=knowledge.version, policy=policy.name, checkpoint=settings.checkpoint,
+            strategy=getattr(policy, "strategy", None),
         )
         try:
             slot.obs = _call(lambda: slot.env.reset(task), settings.step_timeout_s)
@@ -307,13 +322,14 @@ def run_episodes(
             if routing:
                 items = []
                 for s in routing:
-                    menu_ids = [t.talent_id for t in knowledge.menu(s.traj.env)]
-                    items.append(PolicyInput("route", s.routing_msgs, [format_talent(i) for i in menu_ids], s.spec.seed, s.env, s.traj.env))
+                    menu = knowledge.menu(s.traj.env)
+                    items.append(PolicyInput("route", s.routing_msgs, [format_talent(t.shown) for t in menu], s.spec.seed, s.env, s.traj.env))
                 outs = policy.complete(items)
                 for s, it, out in zip(routing, items, outs):
-                    chosen = parse_talent(out.text)
-                    ids = [t.talent_id for t in knowledge.menu(s.traj.env)]
-                    routing_valid = chosen in ids
+                    menu = knowledge.menu(s.traj.env)
+                    ids = [t.talent_id for t in menu]
+                    chosen = menu_choice(menu, parse_talent(out.text))
+                    routing_valid = chosen is not None
                     if not routing_valid:  # format error: counted via valid=False, nearest talent used
                         chosen = knowledge.nearest_talent(s.traj.env, out.text) or (ids[0] if ids else None)
                     s.traj.steps.append(

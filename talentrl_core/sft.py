@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 
 from .config import ModelConfig, SFTConfig
 from .io import atomic_dir, write_json
-from .prompts import ExecContext, execution_messages, format_action, format_talent, routing_messages
+from .prompts import ExecContext, execution_messages, format_action, format_talent, routing_messages, shown_id
 from .rollout import Knowledge
 from .trajectories import Trajectory
 
@@ -60,6 +60,12 @@ def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[s
     return out
 
 
+def routing_label(knowledge: Knowledge, t: Trajectory) -> Optional[str]:
+    """The routing target of ``t``'s task (``LibraryKnowledge.routing_label``; other knowledge: the trajectory's label)."""
+    fn = getattr(knowledge, "routing_label", None)
+    return fn(t) if fn is not None else knowledge.label_for(t)
+
+
 def build_sft_data(
     trajs: Sequence[Trajectory],
     knowledge: Knowledge,
@@ -71,6 +77,7 @@ def build_sft_data(
     samples: list[dict] = []
     labels: Counter = Counter()
     n_succ = 0
+    routed: set[str] = set()
     for t in trajs:
         if not t.success or t.error:
             continue
@@ -78,9 +85,11 @@ def build_sft_data(
         talent = knowledge.label_for(t)
         labels[talent or "<none>"] += 1
         menu = knowledge.menu(t.env)
-        if cfg.include_routing and talent and menu:
-            msgs = routing_messages(t.env, t.goal, menu) + [{"role": "assistant", "content": format_talent(talent)}]
-            samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": talent, "skill_ids": []})
+        route_to = routing_label(knowledge, t)
+        if cfg.include_routing and route_to and menu and t.task_id not in routed:  # one routing sample per task
+            routed.add(t.task_id)
+            msgs = routing_messages(t.env, t.goal, menu) + [{"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
+            samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": []})
         samples.extend(execution_samples(t, knowledge, talent, history, obs_chars))
     exec_s = [s for s in samples if s["kind"] == "exec"]
     with_skill = sum(1 for s in exec_s if s["skill_ids"])

@@ -11,7 +11,7 @@ import hashlib
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from .config import PolicyKind, TalentRLConfig
 from .envs import make_family
@@ -69,8 +69,47 @@ def _spread(items: list, n: int, seed: int) -> list:
     return [order[i % len(order)] for i in range(n)] if order else []
 
 
+def collect_strategies(cfg: TalentRLConfig) -> list[Optional[str]]:
+    """The strategy experts ``collect`` runs (None: the env's strategy-blind expert)."""
+    from .envs.strategies import get_strategy, strategies
+
+    wanted = list(cfg.collect.strategies)
+    env = str(cfg.env.name)
+    if wanted == ["none"]:
+        return [None]
+    if wanted == ["all"]:
+        return [s.name for s in strategies(env)] or [None]
+    for name in wanted:
+        try:
+            get_strategy(env, name)
+        except KeyError as e:
+            raise ValueError(f"collect.strategies: {e.args[0]} (or 'all' / 'none')") from None
+    return wanted
+
+
+def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tuple[list[Trajectory], dict]:
+    """Every task once per strategy expert; one Parquet file per strategy."""
+    c = cfg.collect
+    trajs: list[Trajectory] = []
+    files, per_strategy = [], {}
+    for strategy in collect_strategies(cfg):
+        run_id = f"collect-{family.name}-{c.split}-expert" + (f"-{strategy}" if strategy else "")
+        specs = [EpisodeSpec(task=t, group_uid=_uid(run_id, t.task_id), seed=c.seed + i) for i, t in enumerate(tasks)]
+        part = run_episodes_parallel(family.make, specs, lambda i, s=strategy: ExpertPolicy(s),
+                                     rollout_settings(cfg, run_id, c.split), c.workers, c.batch_size)
+        for i, t in enumerate(part):  # deterministic ids: reruns write identical content
+            t.traj_uid = _uid(run_id, t.task_id, i)
+        files += [str(f) for f in write_trajectories(part, paths.trajectories, run_id)]
+        per_strategy[strategy or "expert"] = summarise(part)
+        trajs += part
+    return trajs, {"files": files, "strategies": per_strategy}
+
+
 def collect(cfg: TalentRLConfig) -> dict:
-    """Roll out ``collect.policy`` on ``collect.split``; write Parquet under artifacts/trajectories/env=<env>/."""
+    """Roll out ``collect.policy`` on ``collect.split``; write Parquet under artifacts/trajectories/env=<env>/.
+
+    ``policy=expert`` runs every strategy expert of ``collect.strategies`` on every task (one file each).
+    """
     paths = ArtifactPaths.of(cfg)
     family = family_for(cfg)
     c = cfg.collect
@@ -79,19 +118,22 @@ def collect(cfg: TalentRLConfig) -> dict:
     specs = [EpisodeSpec(task=t, group_uid=_uid(run_id, t.task_id), seed=c.seed + i) for i, t in enumerate(tasks)]
     settings = rollout_settings(cfg, run_id, c.split)
     t0 = time.time()
+    extra: dict = {}
     if c.policy == PolicyKind.llm:
         from .agent import load_policy
 
         policy, ckpt = load_policy(cfg, c.checkpoint or str(paths.sft_checkpoint))
         settings.checkpoint = ckpt
         trajs = run_episodes(family.make, specs, policy, settings, None, c.batch_size)
+    elif c.policy == PolicyKind.expert:
+        trajs, extra = _expert_runs(cfg, family, tasks, paths)
     else:
-        factory = (lambda i: ExpertPolicy()) if c.policy == PolicyKind.expert else (lambda i: RandomPolicy(c.seed + i))
-        trajs = run_episodes_parallel(family.make, specs, factory, settings, c.workers, c.batch_size)
-    for i, t in enumerate(trajs):  # deterministic ids: reruns write identical content
-        t.traj_uid = _uid(run_id, t.task_id, i)
-    files = write_trajectories(trajs, paths.trajectories, run_id)
-    meta = {"run_id": run_id, "files": [str(f) for f in files], "seconds": round(time.time() - t0, 1), **summarise(trajs)}
+        trajs = run_episodes_parallel(family.make, specs, lambda i: RandomPolicy(c.seed + i), settings, c.workers, c.batch_size)
+    if not extra:
+        for i, t in enumerate(trajs):  # deterministic ids: reruns write identical content
+            t.traj_uid = _uid(run_id, t.task_id, i)
+        extra = {"files": [str(f) for f in write_trajectories(trajs, paths.trajectories, run_id)]}
+    meta = {"run_id": run_id, **extra, "seconds": round(time.time() - t0, 1), **summarise(trajs)}
     if c.random_episodes > 0:  # failures to mine mistakes from (DESIGN.md §3)
         rid = f"collect-{family.name}-{c.split}-random"
         rspecs = [EpisodeSpec(task=sp.task, group_uid=_uid(rid, sp.task.task_id), seed=c.seed + 7 + i)

@@ -16,6 +16,9 @@ Columns (``SCHEMA``):
         else step i-1's ``observation``); ``observation`` is what the env answered.
     final_reward, success, error                          — outcome; error set when the env crashed
     n_steps, n_invalid, library_version, policy, checkpoint
+    strategy                                              — the strategy expert that produced it (null otherwise)
+
+Files written before the ``strategy`` column existed (tag ``trajectories/1``) read with ``strategy`` null.
 """
 
 from __future__ import annotations
@@ -70,9 +73,12 @@ SCHEMA = pa.schema(
         ("library_version", pa.int64()),
         ("policy", pa.string()),
         ("checkpoint", pa.string()),
+        ("strategy", pa.string()),
     ],
-    metadata={"talentrl.schema": "trajectories/1"},
+    metadata={"talentrl.schema": "trajectories/2"},
 )
+_OLDER_TAGS = {b"trajectories/1": ["strategy"]}
+"Older schema tags this reader accepts → the columns they lack (read as nulls)."
 
 
 @dataclass
@@ -115,6 +121,8 @@ class Trajectory:
     library_version: Optional[int] = None
     policy: str = ""
     checkpoint: str = ""
+    strategy: Optional[str] = None
+    "The strategy expert that produced this trajectory (``envs.strategies``); None for other policies."
 
     @property
     def n_steps(self) -> int:
@@ -164,9 +172,14 @@ def _read_file(path: Path) -> pa.Table:
     except Exception as e:  # pyarrow raises several types for corrupt files
         raise TrajectoryFileError(f"{path}: cannot be read as Parquet ({type(e).__name__}: {e})") from e
     meta = table.schema.metadata or {}
-    if meta.get(b"talentrl.schema") != b"trajectories/1":
+    tag = meta.get(b"talentrl.schema")
+    if tag in _OLDER_TAGS:
+        for name in _OLDER_TAGS[tag]:
+            if name not in table.schema.names:
+                table = table.append_column(SCHEMA.field(name), pa.nulls(table.num_rows, SCHEMA.field(name).type))
+    elif tag != b"trajectories/2":
         raise TrajectoryFileError(
-            f"{path}: not a TalentRL trajectory file (missing schema tag 'trajectories/1'; "
+            f"{path}: not a TalentRL trajectory file (missing schema tag 'trajectories/2'; "
             f"columns {table.schema.names[:6]}...)"
         )
     missing = [n for n in SCHEMA.names if n not in table.schema.names]

@@ -85,7 +85,7 @@ def test_parquet_round_trip_and_corrupt_file_named(family, tmp_path):
     files = write_trajectories(trajs, tmp_path, "run1")
     back = read_trajectories(tmp_path)
     assert [t.to_row() for t in back] == [t.to_row() for t in trajs]
-    assert pq.read_schema(files[0]).metadata[b"talentrl.schema"] == b"trajectories/1"
+    assert pq.read_schema(files[0]).metadata[b"talentrl.schema"] == b"trajectories/2"
     bad = tmp_path / "env=textworld" / "broken.parquet"
     bad.write_bytes(b"PAR1 this is not parquet")
     with pytest.raises(TrajectoryFileError, match="broken.parquet"):

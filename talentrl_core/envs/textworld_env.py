@@ -44,6 +44,8 @@ from typing import Any, Iterator, Optional, Sequence
 
 from talentrl_core.config import EnvConfig
 from talentrl_core.envs.base import StepResult, Task
+from talentrl_core.envs.strategies import EpisodeView, get_strategy
+from talentrl_core.envs.textworld_strategies import hide_route
 
 FAMILY = "textworld"
 CHALLENGES = ("tw-coin_collector", "tw-treasure_hunter", "tw-simple", "tw-cooking")
@@ -92,6 +94,32 @@ def canonical_settings(settings: str) -> str:
     return out or "default"
 
 
+ENV_OPTIONS = {"route": ("stated", "hidden")}
+"""Settings the environment applies itself (not TextWorld's generator): ``route=hidden`` shows the goal
+without its directions (``textworld_strategies.hide_route``); the game file is the same as ``route=stated``."""
+
+
+def split_settings(settings: str) -> tuple[str, dict[str, str]]:
+    """Canonical settings → (the generator's settings, the env options with defaults filled in).
+
+    >>> split_settings("level=5,route=hidden")
+    ('level=5', {'route': 'hidden'})
+    >>> split_settings("level=5")
+    ('level=5', {'route': 'stated'})
+    """
+    game, opts = [], {k: v[0] for k, v in ENV_OPTIONS.items()}
+    canon = canonical_settings(settings)
+    for pair in ([] if canon == "default" else canon.split(",")):
+        k, _, v = pair.partition("=")
+        if k in ENV_OPTIONS:
+            if v not in ENV_OPTIONS[k]:
+                raise ValueError(f"settings {settings!r}: {k}={v!r}; choose from {list(ENV_OPTIONS[k])}")
+            opts[k] = v
+        else:
+            game.append(pair)
+    return ",".join(game) or "default", opts
+
+
 def _is_flag_name(key: str) -> bool:
     # Boolean options of the challenges (tw-cooking: open/cook/cut/drop, tw-simple: test).
     return key in {"open", "cook", "cut", "drop", "test"}
@@ -108,6 +136,7 @@ def parse_settings(challenge: str, settings: str) -> dict[str, Any]:
     if challenge not in textworld.challenges.CHALLENGES:
         raise ValueError(f"unknown TextWorld challenge {challenge!r}; choose from {sorted(textworld.challenges.CHALLENGES)}")
     _, _, add_arguments = textworld.challenges.CHALLENGES[challenge]
+    settings, _ = split_settings(settings)
 
     class _Parser(argparse.ArgumentParser):
         def error(self, message):  # never sys.exit from library code
@@ -149,8 +178,17 @@ class GameSpec:
         challenge, settings, seed = parts
         return GameSpec(challenge, canonical_settings(settings), int(seed))
 
+    @property
+    def game_settings(self) -> str:
+        "The generator's settings (env options such as ``route`` removed): what the game file depends on."
+        return split_settings(self.settings)[0]
+
+    @property
+    def options(self) -> dict[str, str]:
+        return split_settings(self.settings)[1]
+
     def game_file(self, cache_dir: str | os.PathLike) -> Path:
-        return Path(cache_dir) / FAMILY / self.challenge / self.settings / f"{self.seed}.z8"
+        return Path(cache_dir) / FAMILY / self.challenge / self.game_settings / f"{self.seed}.z8"
 
 
 def spec_of(task: Task) -> GameSpec:
@@ -294,7 +332,8 @@ def prepare_games(
     spawn pool, a plain script that calls this must guard its entry point with
     ``if __name__ == "__main__":``.
     """
-    specs = sorted({spec_of(t) for t in tasks}, key=lambda s: (s.challenge, s.settings, s.seed))
+    by_file = {spec_of(t).game_file(cache_dir): spec_of(t) for t in tasks}  # route=hidden shares its game
+    specs = sorted(by_file.values(), key=lambda s: (s.challenge, s.settings, s.seed))
     missing = [s for s in specs if not is_generated(s.game_file(cache_dir))]
     times: dict[str, float] = {}
     if not missing:
@@ -364,6 +403,11 @@ class TextWorldEnv:
         self._done = False
         self._won = False
         self._history: list[str] = []
+        self._hide_route = False
+        self._objective = ""
+        self._first_obs = ""
+        self._obs = ""
+        self._transcript: list[tuple[str, str]] = []
 
     @property
     def task_type(self) -> Optional[str]:
@@ -399,7 +443,16 @@ class TextWorldEnv:
         self._done = bool(self._state.get("won") or self._state.get("lost"))
         self._won = bool(self._state.get("won"))
         self._history = []
-        return clean_text(self._state.feedback)
+        self._transcript = []
+        objective = " ".join(str(self._state.get("objective") or "").split())
+        self._hide_route = spec_of(task).options["route"] == "hidden"
+        self._objective = hide_route(objective) if self._hide_route else objective
+        obs = clean_text(self._state.feedback)
+        if self._hide_route:  # the intro observation repeats the objective: show the hidden text there too
+            paras = obs.split("\n\n")
+            obs = "\n\n".join(self._objective if " ".join(p.split()) == objective else p for p in paras)
+        self._first_obs = self._obs = obs
+        return obs
 
     def _require(self) -> None:
         if self._state is None:
@@ -407,7 +460,7 @@ class TextWorldEnv:
 
     def goal(self) -> str:
         self._require()
-        return " ".join(str(self._state.get("objective") or "").split())
+        return self._objective
 
     def _progress(self, score: int) -> float:
         if self._max_score > 0:
@@ -440,7 +493,18 @@ class TextWorldEnv:
             "lost": lost,
             "moves": self._state.get("moves"),
         }
-        return StepResult(clean_text(self._state.feedback), float(reward), self._done, won, info)
+        obs = clean_text(self._state.feedback)
+        self._obs = obs
+        self._transcript.append((command, obs))
+        return StepResult(obs, float(reward), self._done, won, info)
+
+    def strategy_action(self, name: str) -> Optional[str]:
+        """The next command of the registered strategy expert ``name`` (``textworld_strategies``)."""
+        self._require()
+        if self._done:
+            return None
+        view = EpisodeView(self._objective, self._first_obs, self._obs, tuple(self.admissible_actions()), tuple(self._transcript))
+        return get_strategy(FAMILY, name).act(view)
 
     def admissible_actions(self) -> list[str]:
         self._require()
@@ -506,8 +570,14 @@ class TextWorldFamily:
             if len(rng) != 2 or int(rng[0]) > int(rng[1]):
                 raise ValueError(f"env.{name}={list(rng)}: give an inclusive [first, last] range with first <= last")
 
+    @staticmethod
+    def task_type(challenge: str, settings: str) -> str:
+        """The challenge name, plus ``-<value>`` for each env option away from its default (``tw-coin_collector-hidden``)."""
+        opts = split_settings(settings)[1]
+        return challenge + "".join(f"-{v}" for k, v in sorted(opts.items()) if v != ENV_OPTIONS[k][0])
+
     def task_types(self) -> list[str]:
-        return [c for c, _ in self.challenges]
+        return list(dict.fromkeys(self.task_type(c, s) for c, s in self.challenges))
 
     def _seeds(self, split: str) -> range:
         if split == "train":
@@ -526,7 +596,7 @@ class TextWorldFamily:
                 spec = GameSpec(challenge, settings, s)
                 out.append(
                     Task(
-                        FAMILY, split, challenge, spec.key,
+                        FAMILY, split, self.task_type(challenge, settings), spec.key,
                         {"challenge": challenge, "settings": settings, "seed": s},
                     )
                 )

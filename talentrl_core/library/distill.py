@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Callable, Optional, Sequence
 
@@ -32,6 +33,9 @@ def distill_library(
     if not any(t.env == env for t in trajectories):
         raise ValueError(f"no trajectories of env {env!r} to distil (got envs {sorted({t.env for t in trajectories})})")
     enc = embedder or embedder_for(cfg)
+    n_strategies = len({t.strategy for t in trajectories if t.env == env and t.strategy and t.success})
+    if n_strategies >= 2 and cfg.n_talents == 0:  # one talent per generating strategy is what the data supports
+        cfg = dataclasses.replace(cfg, n_talents=n_strategies)
     if cfg.distiller == Distiller.teacher or generator is not None:
         from .distill_teacher import distill_teacher
 
@@ -40,6 +44,14 @@ def distill_library(
         from .distill_offline import distill_offline
 
         res = distill_offline(trajectories, cfg, env, enc)
+    if n_strategies >= 1:
+        from .strategy_labels import describe_talents, strategy_labels
+
+        labels, sreport = strategy_labels(env, trajectories, res.labels, [t.talent_id for t in res.talents])
+        res.labels = labels
+        res.talents = describe_talents(env, res.talents, sreport["strategy_talent"], sreport["strategy_matrix"])
+        res.report.update(sreport)
+        res.report["oracle"] = {l.task_type: l.talent_id for l in labels if l.kind == "oracle"}
     lib = Library.open(cfg.uri, -1, cfg=cfg, embedder=enc)
     version = lib.commit(env, res.skills, res.talents, res.labels, note=f"distill:{res.report['distiller']}:{env}")
     meta = {"env": env, "uri": str(cfg.uri), "version": version, "embedder": enc.name, **res.report}

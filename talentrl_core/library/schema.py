@@ -7,7 +7,8 @@ Three data tables and one manifest live in one LanceDB database:
 * ``talents``  — one row per talent (a named strategy) with weighted links to skills
   (``skill_ids[i]`` has weight ``skill_weights[i]`` ∈ [0, 1]: w(t, s) in retrieval).
 * ``labels``   — routing labels: ``kind='traj'`` maps a trajectory (``traj_uid``, ``task_id``) to the
-  talent it followed (SFT routing targets); ``kind='oracle'`` gives the best talent of a task type.
+  talent it followed (SFT targets); ``kind='oracle'`` gives the best talent of a task type; ``kind='matrix'``
+  holds the measured strategy × task-type success matrix (``strategy_labels.py``).
 * ``versions`` — the manifest: library version N → the LanceDB table versions that hold it.
 
 ``library_version`` on a row is the library version whose write last changed that row.
@@ -111,12 +112,18 @@ class LabelRecord:
     task_type: str
     talent_id: str
     kind: str = "traj"
-    "traj: one trajectory's routing label; oracle: the best talent of a task type."
+    "traj: one trajectory's routing label; oracle: the best talent of a task type; matrix: one strategy x task-type cell."
     traj_uid: str = ""
     task_id: str = ""
     share: float = 1.0
-    "oracle: share of the task type's successful trajectories in that talent; traj: 1.0."
+    "oracle: share of the task type's successful trajectories in that talent (strategy libraries: the best strategy's success rate); matrix: the cell's success rate; traj: 1.0."
     library_version: int = 0
+    strategy: str = ""
+    "The strategy expert behind the label (strategy libraries, ``strategy_labels.py``); empty otherwise."
+    n: int = 0
+    "matrix: episodes in the cell."
+    steps: float = 0.0
+    "matrix: mean steps of the cell's successful episodes."
 
     def content(self) -> dict:
         d = asdict(self)
@@ -174,8 +181,11 @@ LABELS_SCHEMA = pa.schema(
         ("task_id", pa.string()),
         ("share", pa.float64()),
         ("library_version", pa.int64()),
+        ("strategy", pa.string()),
+        ("n", pa.int64()),
+        ("steps", pa.float64()),
     ],
-    metadata={"talentrl.schema": "labels/1"},
+    metadata={"talentrl.schema": "labels/2"},
 )
 
 VERSIONS_SCHEMA = pa.schema(

@@ -285,9 +285,9 @@ class RLTrainer:
                 )
             gr.menu_ids = [t.talent_id for t in menu]
             prompt = chat_prompt_ids(self.tok, routing_messages(gr.task.env, gr.goal, menu), self.keep)
-            allowed = [format_talent(i) for i in gr.menu_ids]
-            for tid in gr.menu_ids:
-                candidates.append(Sample("route", prompt, completion_ids_of(self.tok, format_talent(tid)), [], allowed, gr.index))
+            allowed = [format_talent(t.shown) for t in menu]
+            for t in menu:
+                candidates.append(Sample("route", prompt, completion_ids_of(self.tok, format_talent(t.shown)), [], allowed, gr.index))
         model = self.unwrapped()
         model.eval()
         with autocast(self.compute_dtype, self.acc.device):

@@ -1,0 +1,76 @@
+"""Strategy experts: several named ways of solving a family's tasks (DESIGN.md §3, "Talents must carry
+information").
+
+A talent is only worth routing over when it changes which action is right. One strategy-blind expert
+cannot teach that, so a family registers *strategy experts*: deterministic policies that each solve tasks
+in a recognisably different way (TextWorld: follow the stated route / explore depth-first). Collection
+runs every registered strategy on every task and tags each trajectory with the strategy that produced it;
+the measured strategy × task-family success matrix then says which talent is best for which tasks.
+
+A strategy sees only what the agent sees (``EpisodeView``: goal, observations, admissible commands, its
+own past actions), never the game's internals, so what it does is imitable from the prompt.
+
+One registry for every family: ``STRATEGY_MODULES`` names the module that registers a family's
+strategies; it is imported on first use, so asking for ALFWorld's strategies never imports TextWorld.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+STRATEGY_MODULES: dict[str, str] = {
+    "textworld": "talentrl_core.envs.textworld_strategies",
+}
+"Family name → module whose import registers that family's strategies."
+
+
+@dataclass(frozen=True)
+class EpisodeView:
+    """What a strategy may read: the agent's own view of the episode so far."""
+
+    goal: str
+    initial_observation: str
+    observation: str
+    admissible: tuple[str, ...]
+    transcript: tuple[tuple[str, str], ...] = field(default=())
+    "(action, observation it produced) for every step taken so far."
+
+
+@dataclass(frozen=True)
+class Strategy:
+    family: str
+    name: str
+    description: str
+    "One sentence: how this strategy solves a task (docs, reports, the talent text of a teacher)."
+    act: Callable[[EpisodeView], Optional[str]]
+    "The next command, or None when the strategy has nothing to do (it does not apply to this task)."
+
+
+_REGISTRY: dict[str, dict[str, Strategy]] = {}
+
+
+def register(strategy: Strategy) -> Strategy:
+    """Add a strategy to its family (registration order is the order ``strategies`` lists)."""
+    fam = _REGISTRY.setdefault(strategy.family, {})
+    if strategy.name in fam and fam[strategy.name] is not strategy:
+        raise ValueError(f"strategy {strategy.name!r} is registered twice for family {strategy.family!r}")
+    fam[strategy.name] = strategy
+    return strategy
+
+
+def strategies(family: str) -> list[Strategy]:
+    """Every strategy registered for ``family`` (empty when the family has none)."""
+    module = STRATEGY_MODULES.get(family)
+    if module is not None and family not in _REGISTRY:
+        importlib.import_module(module)
+    return list(_REGISTRY.get(family, {}).values())
+
+
+def get_strategy(family: str, name: str) -> Strategy:
+    """The strategy ``name`` of ``family``; a KeyError names the choices."""
+    found = {s.name: s for s in strategies(family)}
+    if name not in found:
+        raise KeyError(f"no strategy {name!r} for env {family!r}; choose from {sorted(found) or 'none (no strategies registered)'}")
+    return found[name]

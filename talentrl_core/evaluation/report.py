@@ -39,6 +39,8 @@ from typing import Any, Iterable, Mapping, Optional, Union
 import numpy as np
 
 from ..io import atomic_path, write_json, write_text
+from .markdown import md_table
+from .talent_effect import plot_strategy_matrix, talent_section
 from .stats import avg_at_k, bootstrap_ci, intervals_overlap, mcnemar_exact, wilson_ci
 
 SCHEMA_VERSION = 1
@@ -356,13 +358,6 @@ def _fmt(b: Mapping) -> str:
     return f"{b['success']:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
-def _md_table(header: list[str], rows: list[list[str]]) -> str:
-    esc = lambda x: str(x).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(esc(h) for h in header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
 def _panels(metrics: Mapping) -> list[str]:
     return sorted({p for panels in metrics["systems"].values() for p in panels})
 
@@ -385,7 +380,7 @@ def training_section(metrics: Mapping) -> list[str]:
              num(t, "divergence_mean"), f"{num(t, 'entropy_first')} → {num(t, 'entropy_last')}" if "entropy_first" in t else "—",
              num(t, "kl_mean", "{:.2g}"), num(t, "clip_frac_mean")]
             for s, t in ((s, training[s]) for s in _order_systems(training))]
-    out += [_md_table(["system", "updates", "reward first", "reward last", "contrast = 0", "arm divergence",
+    out += [md_table(["system", "updates", "reward first", "reward last", "contrast = 0", "arm divergence",
                        "routing entropy", "KL", "clip frac"], rows), ""]
     return out
 
@@ -404,7 +399,7 @@ def perf_section(metrics: Mapping) -> list[str]:
     return ["## Evaluation cost (greedy runs)", "",
             "Prompt tokens per policy step, as built and as actually read by the model (the rest came from the "
             "episode's KV cache).", "",
-            _md_table(["system", "panel", "seconds", "policy steps", "prompt tok/step", "prefilled tok/step"], rows), ""]
+            md_table(["system", "panel", "seconds", "policy steps", "prompt tok/step", "prefilled tok/step"], rows), ""]
 
 
 def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
@@ -417,12 +412,12 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     out += ["## Greedy success by system and panel", ""]
     out += [f"Success rate of greedy episodes, 95% interval in brackets ({', '.join(methods)}), n = episodes.", ""]
     rows = [[s] + [f"{_fmt(S[s][p])} (n={S[s][p]['n']})" if p in S[s] else "—" for p in panels] for s in systems]
-    out += [_md_table(["system"] + panels, rows), ""]
+    out += [md_table(["system"] + panels, rows), ""]
 
     out += ["## Tokens per episode", ""]
     rows = [[s] + [f"{S[s][p]['tokens_per_episode']:.1f}" if p in S[s] and "tokens_per_episode" in S[s][p] else "—"
                    for p in panels] for s in systems]
-    out += [_md_table(["system"] + panels, rows), ""]
+    out += [md_table(["system"] + panels, rows), ""]
 
     if any("avg_at_k" in S[s][p] for s in systems for p in S[s]):
         out += ["## Sampled avg@k", "", "Mean over tasks of the success rate of k sampled attempts; "
@@ -434,7 +429,7 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
                 ak = S[s].get(p, {}).get("avg_at_k")
                 cells.append(f"{ak['value']:.3f} [{ak['ci95'][0]:.3f}, {ak['ci95'][1]:.3f}] (k={ak['k']})" if ak else "—")
             rows.append([s] + cells)
-        out += [_md_table(["system"] + panels, rows), ""]
+        out += [md_table(["system"] + panels, rows), ""]
 
     out += ["## Success by task type", ""]
     for p in panels:
@@ -446,13 +441,13 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
         for s in systems:
             ptt = S[s].get(p, {}).get("per_task_type", {})
             rows.append([s] + [f"{_fmt(ptt[t])} (n={ptt[t]['n']})" if t in ptt else "—" for t in types])
-        out += [_md_table(["system"] + types, rows), ""]
+        out += [md_table(["system"] + types, rows), ""]
 
     routed = [(s, p) for s in systems for p in panels if "routing_accuracy" in S[s].get(p, {})]
     if routed:
         out += ["## Routing accuracy (chosen talent = oracle talent)", ""]
         rows = [[s, p, f"{S[s][p]['routing_accuracy']:.3f}", str(S[s][p].get("routing_n", ""))] for s, p in routed]
-        out += [_md_table(["system", "panel", "accuracy", "n"], rows), ""]
+        out += [md_table(["system", "panel", "accuracy", "n"], rows), ""]
 
     paired = metrics.get("paired") or {}
     if any(paired.values()):
@@ -460,8 +455,9 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
                 "Tasks only A solved, only B solved, both; two-sided exact McNemar p on the discordant tasks.", ""]
         rows = [[pair, p, str(c["a_only"]), str(c["b_only"]), str(c["both"]), str(c["n"]), f"{c['p_mcnemar']:.4f}"]
                 for p, comps in sorted(paired.items()) for pair, c in comps.items()]
-        out += [_md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p"], rows), ""]
+        out += [md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p"], rows), ""]
 
+    out += talent_section(metrics)
     out += training_section(metrics)
     out += perf_section(metrics)
     out += ["## Notes", ""]
@@ -593,6 +589,10 @@ def write_report(
     if any(b.get("per_task_type") for panels in metrics["systems"].values() for b in panels.values()):
         p = out / "success_by_task_type.png"
         plot_success_by_task_type(metrics, p)
+        plots.append(str(p))
+    for panel, matrix in sorted(((metrics.get("talents") or {}).get("matrix") or {}).items()):
+        p = out / f"strategy_matrix_{_safe(panel)}.png"
+        plot_strategy_matrix(matrix, p, f"{panel}: strategy expert success by task type", _save)
         plots.append(str(p))
     if confusion:
         write_json(out / "routing_confusion.json", {s: {o: dict(r) for o, r in c.items()} for s, c in confusion.items()})

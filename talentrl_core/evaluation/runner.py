@@ -33,6 +33,7 @@ from ..io import read_json, write_text
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
 from .report import EpisodeResult, build_metrics, routing_confusion, training_summary, write_report
+from .talent_effect import matrix_from_labels, talent_metrics
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,19 @@ def run_perf(trajs, seconds: float, before: dict, after: dict) -> dict:
     return {"seconds": round(seconds, 1), "policy_steps": sum(len(t.steps) for t in trajs), **delta}
 
 
+def panel_matrices(cfg: TalentRLConfig, knowledge_factory) -> dict:
+    """Each panel's strategy × task-type matrix from the library (empty for envs without strategy experts)."""
+    knowledge = knowledge_factory(False)
+    lib = getattr(knowledge, "lib", None)
+    out = {}
+    for panel in cfg.eval.panels:
+        env = str(panel_env(cfg, panel)[0].name)
+        if lib is not None:
+            shown = {t.talent_id: t.shown for t in knowledge.menu(env)}
+            out[panel] = matrix_from_labels(lib.labels(env), shown)
+    return out
+
+
 def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) -> dict:
     """Evaluate ``cfg.eval.systems`` on ``cfg.eval.panels``; write metrics.json, report.md and plots."""
     from ..agent import load_policy
@@ -151,6 +165,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)
     metrics["skipped_systems"] = skipped
     metrics["perf"] = perf
+    metrics["talents"] = talent_metrics(results, panel_matrices(cfg, knowledge_factory))
     training = rl_training(paths, [s for s in ev.systems if s not in skipped])
     if training:
         metrics["training"] = training

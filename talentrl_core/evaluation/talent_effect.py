@@ -1,0 +1,175 @@
+"""Does the talent matter? The strategy × task-family matrix, routing accuracy and regret (DESIGN.md §3, §6).
+
+Inputs: the library's ``kind='matrix'`` labels (each strategy expert's measured success per task type on the
+training split, and the talent each strategy maps to; ``library/strategy_labels.py``) and the evaluation's
+greedy episodes. Output (``metrics["talents"]``)::
+
+    {"matrix": {PANEL: {TYPE: {STRATEGY: {"success", "n", "steps", "talent", "label"}}}},
+     "best":   {PANEL: {TYPE: {"strategy", "talent", "label", "success"}}},
+     "ceiling": {PANEL: float},           # the oracle router over the experts: mean best-cell success
+     "routing": {SYSTEM: {PANEL: {"accuracy", "regret", "n",
+                                  "by_type": {TYPE: {"accuracy", "regret", "chosen": {LABEL: count}}}}}}}
+
+*Routing regret* of a routed episode is ``matrix[type][best strategy] − matrix[type][strategy of the chosen
+talent]``: what the choice alone costs when executed as well as the experts do (0 for the best talent). It
+separates routing from execution; the executed gap is ``oracle_talent`` minus the system in the success table.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from .markdown import md_table
+
+
+def matrix_from_labels(labels: Iterable[Any], shown: Mapping[str, str]) -> dict[str, dict[str, dict]]:
+    """``{type: {strategy: cell}}`` from ``kind='matrix'`` label records; ``shown`` maps talent id → menu label."""
+    out: dict[str, dict[str, dict]] = {}
+    for l in labels:
+        if l.kind == "matrix":
+            out.setdefault(l.task_type, {})[l.strategy] = {
+                "success": float(l.share), "n": int(l.n), "steps": float(l.steps) if l.steps else None,
+                "talent": l.talent_id, "label": shown.get(l.talent_id, l.talent_id)}
+    return out
+
+
+def best_cells(matrix: Mapping[str, Mapping[str, Mapping]]) -> dict[str, dict]:
+    """Per type, the best strategy's cell (success, then fewer steps, then name), as ``strategy_labels`` chooses."""
+    out = {}
+    for tt, row in matrix.items():
+        s = min(row, key=lambda k: (-row[k]["success"], row[k]["steps"] if row[k]["steps"] is not None else 1e9, k))
+        out[tt] = {"strategy": s, "talent": row[s]["talent"], "label": row[s]["label"], "success": row[s]["success"]}
+    return out
+
+
+def routing_block(episodes: Sequence[Any], matrix: Mapping[str, Mapping[str, Mapping]]) -> Optional[dict]:
+    """Accuracy against the measured best talent, matrix regret, and the chosen-talent distribution per type."""
+    best = best_cells(matrix)
+    by_talent = {(tt, c["talent"]): c for tt, row in matrix.items() for c in row.values()}
+    label_of = {c["talent"]: c["label"] for row in matrix.values() for c in row.values()}
+    rows = [e for e in episodes if e.chosen_talent is not None and e.task_type in best]
+    if not rows:
+        return None
+
+    def stats(eps: list) -> dict:
+        acc = [e.chosen_talent == best[e.task_type]["talent"] for e in eps]
+        regret = [best[e.task_type]["success"] - by_talent.get((e.task_type, e.chosen_talent), {"success": 0.0})["success"] for e in eps]
+        return {"accuracy": float(np.mean(acc)), "regret": float(np.mean(regret)), "n": len(eps)}
+
+    out = stats(rows)
+    groups: dict[str, list] = defaultdict(list)
+    for e in rows:
+        groups[e.task_type].append(e)
+    out["by_type"] = {tt: {**stats(v), "chosen": dict(sorted(Counter(label_of.get(e.chosen_talent, e.chosen_talent) for e in v).items()))}
+                      for tt, v in sorted(groups.items())}
+    return out
+
+
+def talent_metrics(results: Iterable[Any], matrices: Mapping[str, Mapping[str, Mapping[str, Mapping]]]) -> dict:
+    """``metrics["talents"]`` (module docstring) from greedy results and each panel's matrix."""
+    greedy = [r for r in results if r.sample_idx == 0]
+    out: dict[str, Any] = {"matrix": {}, "best": {}, "ceiling": {}, "routing": {}}
+    for panel, matrix in sorted(matrices.items()):
+        if not matrix:
+            continue
+        best = best_cells(matrix)
+        types = Counter(r.task_type for r in greedy if r.panel == panel and r.system == "oracle_talent") or Counter(best)
+        n = sum(types[t] for t in best) or 1
+        out["matrix"][panel], out["best"][panel] = matrix, best
+        out["ceiling"][panel] = float(sum(best[t]["success"] * types[t] for t in best) / n)
+        for system in sorted({r.system for r in greedy if r.panel == panel}):
+            block = routing_block([r for r in greedy if r.panel == panel and r.system == system], matrix)
+            if block is not None:
+                out["routing"].setdefault(system, {})[panel] = block
+    return out
+
+
+def _pct(x: Optional[float]) -> str:
+    return "—" if x is None else f"{100 * x:.0f}%"
+
+
+def _matrix_table(matrix: Mapping[str, Mapping[str, Mapping]]) -> str:
+    strategies = sorted({s for row in matrix.values() for s in row})
+    label = {s: next(row[s]["label"] for row in matrix.values() if s in row) for s in strategies}
+    rows = [[tt] + [f"{_pct(row[s]['success'])}" + (f" ({row[s]['steps']:.1f} steps)" if row[s].get("steps") else "")
+                    if s in row else "—" for s in strategies] for tt, row in sorted(matrix.items())]
+    return md_table(["task type"] + [f"{s} ({label[s]})" for s in strategies], rows)
+
+
+def _verdicts(metrics: Mapping, panel: str) -> list[str]:
+    """The talent criteria of DESIGN.md §3 on this panel, each with its measured figure."""
+    S, paired, training = metrics["systems"], (metrics.get("paired") or {}).get(panel, {}), metrics.get("training") or {}
+    out = []
+    o, r = S.get("oracle_talent", {}).get(panel), S.get("random_talent", {}).get(panel)
+    c = paired.get("oracle_talent vs random_talent")
+    if o and r and c:
+        gap = o["success"] - r["success"]
+        ok = gap >= 0.10 and c["p_mcnemar"] < 0.01
+        out.append(f"- oracle vs random talent: {gap:+.3f} success, {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f} "
+                   f"— {'met' if ok else 'not met'} (criterion: ≥ +0.10 with p < 0.01).")
+    c = paired.get("talent_sft vs flat_skillbank")
+    if c:
+        ok = c["a_only"] > c["b_only"] and c["p_mcnemar"] < 0.05
+        out.append(f"- talent_sft vs flat_skillbank: {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f} "
+                   f"— {'met' if ok else 'not met'} (criterion: talent_sft ahead with p < 0.05).")
+    t = training.get("talentrl") or {}
+    if "divergence_mean" in t:
+        ok = t["divergence_mean"] >= 0.5
+        out.append(f"- TalentRL arm divergence (seed-matched rollouts whose actions differ between talent arms): "
+                   f"{t['divergence_mean']:.2f} — {'met' if ok else 'not met'} (criterion: ≥ 0.5).")
+    if "contrast_zero_share" in t:
+        ok = 1 - t["contrast_zero_share"] >= 0.75
+        out.append(f"- routing contrast non-zero in {_pct(1 - t['contrast_zero_share'])} of updates — {'met' if ok else 'not met'} (criterion: ≥ 75%).")
+    return out
+
+
+def talent_section(metrics: Mapping) -> list[str]:
+    """The report's "Does the talent matter?" section (empty when the library has no strategy matrix)."""
+    tal = metrics.get("talents") or {}
+    if not tal.get("matrix"):
+        return []
+    out = ["## Does the talent matter?", "",
+           "Each strategy expert's success per task type on the training tasks (mean steps of its wins), with the "
+           "talent it maps to. The best cell of each row is the oracle router's choice; the row means weighted "
+           "by the panel are its ceiling.", ""]
+    for panel, matrix in sorted(tal["matrix"].items()):
+        out += [f"### {panel}", "", _matrix_table(matrix), "",
+                f"Oracle-router ceiling over the experts: {tal['ceiling'][panel]:.3f}.", ""]
+        rows = []
+        for system, panels in sorted(tal.get("routing", {}).items()):
+            b = panels.get(panel)
+            if b is None:
+                continue
+            dist = "; ".join(f"{tt}: " + ", ".join(f"{k}×{v}" for k, v in d["chosen"].items()) for tt, d in b["by_type"].items())
+            rows.append([system, f"{b['accuracy']:.3f}", f"{b['regret']:.3f}", str(b["n"]), dist])
+        if rows:
+            out += ["Routing against the measured best talent (regret: the matrix success the choice gives up).", "",
+                    md_table(["system", "accuracy", "regret", "n", "chosen talents per task type"], rows), ""]
+        out += _verdicts(metrics, panel) + [""]
+    return out
+
+
+def plot_strategy_matrix(matrix: Mapping[str, Mapping[str, Mapping]], path: Path, title: str, save) -> None:
+    """Heat map of the strategy × task-type success matrix (0..1 colour scale, values written in the cells)."""
+    from matplotlib.figure import Figure
+
+    types = sorted(matrix)
+    strategies = sorted({s for row in matrix.values() for s in row})
+    m = np.array([[matrix[t].get(s, {}).get("success", np.nan) for s in strategies] for t in types])  # (types, strategies)
+    fig = Figure(figsize=(2.5 + 1.3 * len(strategies), 1.8 + 0.6 * len(types)))
+    ax = fig.add_subplot()
+    im = ax.imshow(m, cmap="viridis", vmin=0.0, vmax=1.0)
+    for (i, j), v in np.ndenumerate(m):
+        ax.text(j, i, "—" if np.isnan(v) else f"{v:.2f}", ha="center", va="center", fontsize=9, color="white" if v < 0.6 else "black")
+    ax.set_xticks(range(len(strategies)))
+    ax.set_xticklabels(strategies)
+    ax.set_yticks(range(len(types)))
+    ax.set_yticklabels(types)
+    ax.set_xlabel("strategy expert")
+    ax.set_title(title)
+    fig.colorbar(im, ax=ax, label="success")
+    save(fig, path)

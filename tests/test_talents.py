@@ -1,0 +1,172 @@
+"""Talents that carry information: strategy experts, strategy-based labels, retrieval without the gold type,
+ordinal menu ids, and the "Does the talent matter?" metrics (DESIGN.md §3, issue 14)."""
+
+import dataclasses
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from talentrl_core.config import EnvConfig, LibraryConfig, SFTConfig
+from talentrl_core.envs.strategies import get_strategy, strategies
+from talentrl_core.envs.textworld_env import TextWorldFamily
+from talentrl_core.envs.textworld_strategies import goal_route, hide_route
+from talentrl_core.evaluation.report import EpisodeResult, build_metrics, render_markdown
+from talentrl_core.evaluation.talent_effect import talent_metrics
+from talentrl_core.knowledge import LibraryKnowledge
+from talentrl_core.library import distill_library
+from talentrl_core.library.store import Library
+from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, run_episodes
+from talentrl_core.sft import build_sft_data
+from talentrl_core.trajectories import SCHEMA, read_trajectories, write_trajectories
+
+STATED, HIDDEN = "tw-coin_collector", "tw-coin_collector-hidden"
+
+
+@pytest.fixture(scope="module")
+def family(session_cache) -> TextWorldFamily:
+    cfg = EnvConfig(challenges=["tw-coin_collector:level=105", "tw-coin_collector:level=5,route=hidden"],
+                    train_seeds=[1, 6], max_steps=10)
+    fam = TextWorldFamily(cfg, session_cache)
+    fam.prepare(fam.tasks("train"), workers=2, progress=False)
+    return fam
+
+
+@pytest.fixture(scope="module")
+def runs(family):
+    """Every task once per strategy expert (as the collect stage does)."""
+    out = []
+    for s in ("follow", "explore"):
+        part = run_episodes(family.make, [EpisodeSpec(t, seed=i) for i, t in enumerate(family.tasks("train"))],
+                            ExpertPolicy(s), RolloutSettings(max_steps=10, run_id=f"c-{s}", split="train"), progress=False)
+        for i, t in enumerate(part):
+            t.traj_uid = f"{s}-{i}"
+        out += part
+    return out
+
+
+@pytest.fixture(scope="module")
+def knowledge(runs, tmp_path_factory):
+    lcfg = LibraryConfig(uri=str(tmp_path_factory.mktemp("lib") / "db"), min_support=0.2, delta=0.0)
+    meta = distill_library(runs, lcfg, "textworld")
+    return LibraryKnowledge(Library.open(lcfg.uri, cfg=lcfg), lcfg), meta
+
+
+def test_registry_names_choices():
+    assert [s.name for s in strategies("textworld")] == ["follow", "explore"]
+    assert strategies("qa") == []
+    with pytest.raises(KeyError, match="choose from"):
+        get_strategy("textworld", "teleport")
+
+
+def test_hidden_route_goal_has_no_directions(family):
+    stated = [t for t in family.tasks("train") if t.task_type == STATED]
+    hidden = [t for t in family.tasks("train") if t.task_type == HIDDEN]
+    assert len(stated) == len(hidden) == 6
+    env = family.make()
+    env.reset(hidden[0])
+    assert goal_route(env.goal()) == [] and "coin" in env.goal()
+    assert hide_route(env.goal()) == env.goal()
+    env.reset(stated[0])
+    assert len(goal_route(env.goal())) >= 4
+    env.close()
+    # route=hidden plays the route=stated game of the same level and seed: no second compile
+    assert family.game_file(hidden[0]).parent.name == "level=5"
+
+
+def test_each_strategy_wins_its_own_family_and_is_deterministic(family, runs):
+    by = {}
+    for t in runs:
+        by.setdefault((t.task_type, t.strategy), []).append(t.success)
+    rate = {k: sum(v) / len(v) for k, v in by.items()}
+    assert rate[(STATED, "follow")] == 1.0 and rate[(HIDDEN, "explore")] == 1.0
+    assert rate[(HIDDEN, "follow")] == 0.0  # nothing to follow
+    assert rate[(STATED, "follow")] >= rate[(STATED, "explore")]
+    follow = [t for t in runs if t.strategy == "follow" and t.task_type == STATED]
+    explore = [t for t in runs if t.strategy == "explore" and t.task_type == STATED]
+    # recognisably different: explore opens dead ends, follow never does
+    assert sum(t.n_steps for t in explore) > sum(t.n_steps for t in follow)
+    again = run_episodes(family.make, [EpisodeSpec(family.tasks("train")[0], seed=99)], ExpertPolicy("explore"),
+                         RolloutSettings(max_steps=10), progress=False)[0]
+    first = next(t for t in runs if t.strategy == "explore" and t.task_id == again.task_id)
+    assert [s.action for s in again.steps] == [s.action for s in first.steps]
+
+
+def test_strategy_column_round_trips_and_old_files_read(runs, tmp_path):
+    write_trajectories(runs[:3], tmp_path, "r")
+    back = read_trajectories(tmp_path)
+    assert [t.strategy for t in back] == [t.strategy for t in runs[:3]] and back[0].strategy == "follow"
+    old = pa.Table.from_pylist([t.to_row() for t in runs[:2]], schema=SCHEMA).drop(["strategy"])
+    old = old.replace_schema_metadata({"talentrl.schema": "trajectories/1"})
+    (tmp_path / "old" / "env=textworld").mkdir(parents=True)
+    pq.write_table(old, tmp_path / "old" / "env=textworld" / "v1.parquet")
+    assert [t.strategy for t in read_trajectories(tmp_path / "old")] == [None, None]
+
+
+def test_labels_follow_strategies_and_the_measured_best(knowledge, runs):
+    k, meta = knowledge
+    talent_of = meta["strategy_talent"]
+    assert set(talent_of) == {"follow", "explore"} and len(set(talent_of.values())) == 2
+    assert meta["best_strategy"] == {STATED: "follow", HIDDEN: "explore"}
+    assert 0.0 <= meta["talent_strategy_agreement"]["nmi"] <= 1.0 and meta["talent_strategy_agreement"]["purity"] >= 0.5
+    for t in runs:
+        if t.success:
+            assert k.label_for(t) == talent_of[t.strategy]
+    assert k.lib.oracle_talent("textworld", STATED) == talent_of["follow"]
+    assert k.lib.oracle_talent("textworld", HIDDEN) == talent_of["explore"]
+    menu = k.menu("textworld")
+    assert [m.label for m in menu] == ["T1", "T2"] and {m.name for m in menu} == {"Follow", "Explore"}
+
+
+def test_sft_samples_carry_the_strategy_talent_and_route_to_the_best(knowledge, runs):
+    k, meta = knowledge
+    data = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0))
+    shown = {m.talent_id: m.label for m in k.menu("textworld")}
+    by_uid = {t.task_id + t.strategy: t for t in runs if t.success}
+    n_exec = 0
+    for t in by_uid.values():
+        ex = [s for s in data.samples if s["kind"] == "exec" and s["task_id"] == t.task_id and s["talent_id"] == meta["strategy_talent"][t.strategy]]
+        assert ex, f"no execution sample of {t.strategy} on {t.task_id}"
+        n_exec += len(ex)
+    routes = [s for s in data.samples if s["kind"] == "route"]
+    assert len(routes) == len({t.task_id for t in runs if t.success})  # one routing sample per task
+    for s in routes:
+        tt = next(t.task_type for t in runs if t.task_id == s["task_id"])
+        best = meta["strategy_talent"][meta["best_strategy"][tt]]
+        assert s["talent_id"] == best and s["messages"][-1]["content"] == f"<talent>{shown[best]}</talent>"
+
+
+def test_default_retrieval_never_reads_the_gold_task_type(knowledge):
+    k, _ = knowledge
+    goal = "Find the coin. It is on the floor of the vault."
+    tid = k.menu("textworld")[0].talent_id
+    a = k.context("textworld", goal, STATED, tid)
+    b = k.context("textworld", goal, "some-other-type", tid)
+    assert a.skill_ids == b.skill_ids and a.skill_ids
+    filtered = LibraryKnowledge(k.lib, dataclasses.replace(k.cfg, filter_task_type=True))
+    assert filtered.context("textworld", goal, "some-other-type", tid).skill_ids != a.skill_ids or not any(
+        s.kind == "specific" for s in k.lib.skills("textworld"))
+
+
+def test_talent_metrics_accuracy_regret_and_section(knowledge):
+    k, meta = knowledge
+    shown = {m.talent_id: m.label for m in k.menu("textworld")}
+    from talentrl_core.evaluation.talent_effect import matrix_from_labels
+
+    matrix = matrix_from_labels(k.lib.labels("textworld"), shown)
+    f, e = meta["strategy_talent"]["follow"], meta["strategy_talent"]["explore"]
+    rs = [EpisodeResult("talent_sft", "textworld", f"s{i}", STATED, True, 1.0, 5, f, f) for i in range(3)]
+    rs += [EpisodeResult("talent_sft", "textworld", f"h{i}", HIDDEN, False, 0.0, 5, f, e) for i in range(1)]
+    rs += [EpisodeResult("oracle_talent", "textworld", f"s{i}", STATED, True, 1.0, 5, f, f) for i in range(3)]
+    rs += [EpisodeResult("oracle_talent", "textworld", "h0", HIDDEN, True, 1.0, 5, e, e)]
+    tm = talent_metrics(rs, {"textworld": matrix})
+    r = tm["routing"]["talent_sft"]["textworld"]
+    assert r["accuracy"] == 0.75
+    # one hidden task routed to follow: regret = explore's hidden success (1.0) - follow's (0.0), over 4 episodes
+    assert r["regret"] == pytest.approx(0.25)
+    assert r["by_type"][HIDDEN]["chosen"] == {shown[f]: 1}
+    assert tm["routing"]["oracle_talent"]["textworld"]["regret"] == 0.0
+    metrics = build_metrics(rs)
+    metrics["talents"] = tm
+    md = render_markdown(metrics)
+    assert "## Does the talent matter?" in md and "oracle vs random" not in md

@@ -170,3 +170,25 @@ def test_talent_metrics_accuracy_regret_and_section(knowledge):
     metrics["talents"] = tm
     md = render_markdown(metrics)
     assert "## Does the talent matter?" in md and "oracle vs random" not in md
+
+
+def test_seed_replicates_pool_paired_counts(tmp_path):
+    import json
+
+    from pipeline.seeds import pooled
+
+    def write(seed, rows):
+        d = tmp_path / f"seed{seed}"
+        d.mkdir()
+        (d / "episodes.jsonl").write_text("".join(json.dumps({"system": s, "panel": "textworld", "task_id": t, "success": ok,
+                                                               "sample_idx": 0}) + "\n" for s, t, ok in rows))
+
+    write(0, [("talentrl", "a", True), ("flat_grpo", "a", False), ("talentrl", "b", True), ("flat_grpo", "b", True),
+              ("talent_sft", "a", False), ("talent_sft", "b", False)])
+    write(1, [("talentrl", "a", True), ("flat_grpo", "a", False), ("talentrl", "b", False), ("flat_grpo", "b", True)])
+    res = pooled(tmp_path)
+    tf = res["pairs"]["talentrl vs flat_grpo"]
+    assert tf["pooled"] == {"a_only": 2, "b_only": 1, "n": 4, "p_mcnemar": 1.0}
+    assert tf["per_seed"]["seed1"]["a_only"] == 1 and not tf["a_ahead_in_every_seed"]
+    # seed 0's talent_sft is the shared SFT baseline of every seed
+    assert res["pairs"]["talentrl vs talent_sft"]["pooled"]["a_only"] == 3

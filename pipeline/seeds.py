@@ -1,0 +1,120 @@
+"""RL seed replicates on one SFT checkpoint, and the pooled paired test over them (DESIGN.md §6, issue 14).
+
+    python -m pipeline.seeds --from artifacts --seeds 1 2 --out docs/results/talents [hydra overrides...]
+
+For each seed N: a folder ``<from>/seeds/seed<N>`` whose trajectories, library and base/SFT models link to
+``<from>``'s, then the ``rl`` stage (TalentRL and flat GRPO, ``rl.seed=N``) and the ``evaluate`` stage for the
+RL systems only. Each stage resumes like any pipeline stage, so an interrupted replicate re-runs to the same
+place. ``<from>/eval`` itself is seed 0 (the pipeline's own ``rl.seed`` default).
+
+Then ``<out>/seed<N>/`` gets each seed's ``metrics.json`` and ``episodes.jsonl``, and ``<out>/pooled.json``
+the per-seed and pooled exact McNemar tests of ``talentrl`` vs ``flat_grpo`` (and vs ``talent_sft`` where seed 0
+has it) on every (seed, task) pair. ``--pool-only`` recomputes ``pooled.json`` from ``<out>`` alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .env import offline_defaults
+
+LINKED = ("trajectories", "library", "models/base", "models/sft", "cache")
+"What a replicate shares with the main run (read-only for the rl and evaluate stages)."
+PAIRS = (("talentrl", "flat_grpo"), ("talentrl", "talent_sft"))
+
+
+def prepare_replicate(src: Path, seed: int) -> Path:
+    root = src / "seeds" / f"seed{seed}"
+    for rel in LINKED:
+        target, link = (src / rel).resolve(), root / rel
+        if not target.exists() or link.exists() or link.is_symlink():
+            continue
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(target, target_is_directory=True)
+    return root
+
+
+def run_replicate(src: Path, seed: int, overrides: Sequence[str]) -> Path:
+    """rl (both systems) + evaluate (RL systems) for ``rl.seed=seed``; returns the replicate's eval folder."""
+    from talentrl_core.stages import evaluate, rl_both
+
+    from .config import load_config
+
+    root = prepare_replicate(src, seed)
+    base = list(overrides) + [f"artifacts_dir={root.resolve()}", f"rl.seed={seed}"]
+    rl_both(load_config(base))
+    evaluate(load_config(base + ["eval.systems=[flat_grpo,talentrl]"]))
+    return root / "eval"
+
+
+def _greedy(path: Path) -> dict[str, dict[str, bool]]:
+    out: dict[str, dict[str, bool]] = {}
+    for line in path.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("sample_idx", 0) == 0:
+            out.setdefault(r["system"], {})[f"{r['panel']}/{r['task_id']}"] = bool(r["success"])
+    return out
+
+
+def pooled(out: Path) -> dict:
+    """Per-seed and pooled discordant counts and exact McNemar p from ``<out>/seed*/episodes.jsonl``."""
+    from talentrl_core.evaluation.stats import mcnemar_exact
+
+    seeds = sorted((p for p in out.glob("seed*/episodes.jsonl")), key=lambda p: int(p.parent.name[4:]))
+    if not seeds:
+        raise FileNotFoundError(f"no seed*/episodes.jsonl under {out}")
+    result: dict = {"seeds": [p.parent.name for p in seeds], "pairs": {}}
+    sft = _greedy(seeds[0]).get("talent_sft") if seeds[0].parent.name == "seed0" else None
+    for a, b in PAIRS:
+        per, tot = {}, [0, 0, 0]
+        for p in seeds:
+            g = _greedy(p)
+            ra, rb = g.get(a), g.get(b) or (sft if b == "talent_sft" else None)
+            if not ra or not rb:
+                continue
+            common = sorted(set(ra) & set(rb))
+            ao = sum(ra[t] and not rb[t] for t in common)
+            bo = sum(rb[t] and not ra[t] for t in common)
+            per[p.parent.name] = {"a_success": sum(ra[t] for t in common) / len(common), "b_success": sum(rb[t] for t in common) / len(common),
+                                  "a_only": ao, "b_only": bo, "n": len(common), "p_mcnemar": mcnemar_exact(ao, bo)}
+            tot = [tot[0] + ao, tot[1] + bo, tot[2] + len(common)]
+        if per:
+            result["pairs"][f"{a} vs {b}"] = {"per_seed": per, "pooled": {"a_only": tot[0], "b_only": tot[1], "n": tot[2],
+                                                                            "p_mcnemar": mcnemar_exact(tot[0], tot[1])},
+                                              "a_ahead_in_every_seed": all(v["a_success"] > v["b_success"] for v in per.values())}
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    offline_defaults()
+    p = argparse.ArgumentParser(prog="python -m pipeline.seeds", description=__doc__.split("\n")[0])
+    p.add_argument("--from", dest="src", default="artifacts", help="the main run's artifacts folder (its eval is seed 0)")
+    p.add_argument("--seeds", type=int, nargs="*", default=[1, 2], help="RL seeds to replicate")
+    p.add_argument("--out", default="docs/results/talents", help="where seed<N>/metrics.json, episodes.jsonl and pooled.json go")
+    p.add_argument("--pool-only", action="store_true", help="only recompute pooled.json from --out")
+    p.add_argument("overrides", nargs="*", help="Hydra overrides of the main run, e.g. experiment=demo")
+    args = p.parse_args(argv)
+    src, out = Path(args.src), Path(args.out)
+    if not args.pool_only:
+        evals = {0: src / "eval"} | {s: run_replicate(src, s, args.overrides) for s in args.seeds if s != 0}
+        for s, ev in sorted(evals.items()):
+            for name in ("metrics.json", "episodes.jsonl"):
+                if not (ev / name).exists():
+                    raise FileNotFoundError(f"{ev / name} is missing: run the pipeline (seed 0) / this replicate first")
+                (out / f"seed{s}").mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(ev / name, out / f"seed{s}" / name)
+    res = pooled(out)
+    from talentrl_core.io import write_json
+
+    write_json(out / "pooled.json", res)
+    print(json.dumps(res["pairs"], indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -17,7 +17,8 @@
    and merge near-duplicates (cosine > ``dedup_threshold``, same kind).
 4. **Talents**: successful trajectories become idf-weighted binary signatures over the kept general and
    specific skills; seeded spherical k-means groups them (k fixed by ``n_talents``, or the k in 3..8 with
-   the highest mean cosine silhouette — cluster.py). A talent links the skills present in at least
+   the highest mean cosine silhouette — cluster.py). Trajectories of two or more strategy experts form one
+   talent per strategy instead, with the clustering's agreement with the strategies reported (``talent_groups``). A talent links the skills present in at least
    ``min_support`` of its members, weighted by that share; its name comes from its most distinctive
    pattern. Each member trajectory is labelled with its cluster's talent; the oracle talent of a task type
    is the one most of its successes follow.
@@ -302,6 +303,31 @@ def _verb_name(pattern: Pattern) -> str:
 # ---------------------------------------------------------------------------------------------- talents
 
 
+def talent_groups(M: np.ndarray, rows: np.ndarray, idf: np.ndarray, strategy: Sequence[Optional[str]],
+                  cfg: LibraryConfig) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Which successful trajectories form each talent: (row indices, group per row, report).
+
+    Without strategy experts: seeded spherical k-means over the rows with a skill pattern (``cluster.py``).
+    With two or more strategies: one talent per strategy over every successful strategy trajectory. The
+    clustering still runs with k = the number of strategies and its agreement with them (purity, NMI) is
+    reported: whether the action patterns alone would have found the strategies (on a hidden-route chain,
+    exploring walks the same straight line as following does, so they cannot everywhere).
+    """
+    names = sorted({s for s in strategy if s})
+    if len(names) < 2:
+        labels, report = choose_clusters(M[rows] * idf, cfg.n_talents, (3, 8), cfg.seed)
+        return rows, labels, report
+    from .strategy_labels import agreement
+
+    clusters, creport = choose_clusters(M[rows] * idf, len(names), (3, 8), cfg.seed)
+    tagged = [j for j, i in enumerate(rows) if strategy[i]]
+    creport["strategy_agreement"] = {k: v for k, v in agreement(
+        [strategy[rows[j]] for j in tagged], [f"c{clusters[j]}" for j in tagged]).items() if k != "contingency"}
+    groups = np.flatnonzero([bool(s) for s in strategy])
+    labels = np.array([names.index(strategy[i]) for i in groups])
+    return groups, labels, {"k": len(names), "criterion": "one talent per strategy expert", "clustering": creport}
+
+
 def build_talents(
     env: str, feats: Sequence[Features], skills: Sequence[SkillRecord], patterns: dict[str, set[Pattern]],
     main_pattern: dict[str, Pattern], cfg: LibraryConfig,
@@ -315,7 +341,7 @@ def build_talents(
     rows = np.flatnonzero(M.sum(1) > 0)
     if rows.size == 0:
         return [], [], {"k": 0, "criterion": "no trajectory contains a skill pattern"}
-    labels, report = choose_clusters(M[rows] * idf, cfg.n_talents, (3, 8), cfg.seed)
+    rows, labels, report = talent_groups(M, rows, idf, [f.traj.strategy for f in succ], cfg)
     talents: list[TalentRecord] = []
     traj_labels: list[LabelRecord] = []
     names: Counter = Counter()
@@ -331,9 +357,9 @@ def build_talents(
         links.sort(key=lambda kv: (-kv[1], kv[0]))
         linked = {sid for sid, _ in links}
         cand = [j for j in range(len(feat_skills)) if feat_skills[j].skill_id in linked]
-        top = min(cand, key=lambda j: (-round(lift[j], 9), -round(freq[j], 9), feat_skills[j].kind != "specific", feat_skills[j].skill_id))
+        top = min(cand, key=lambda j: (-round(lift[j], 9), -round(freq[j], 9), feat_skills[j].kind != "specific", feat_skills[j].skill_id), default=None)
         types = Counter(succ[i].traj.task_type for i in members)
-        name = _verb_name(main_pattern[feat_skills[top].skill_id])
+        name = _verb_name(main_pattern[feat_skills[top].skill_id]) if top is not None else "Explore"
         names[name] += 1
         drafts.append((members, links, types, name, succ[members[0]]))
     used: set[str] = set()

@@ -134,10 +134,36 @@ def talentrl_not_below_sft(talentrl: TalentRLConfigSource) -> dg.AssetCheckResul
     return dg.AssetCheckResult(passed=passed, metadata=meta)
 
 
+def error_gate(metrics: dict, max_share: float) -> tuple[bool, dict]:
+    """Pass when no (system, panel) has more than ``max_share`` of its greedy episodes ending in an env error.
+
+    >>> m = {"systems": {"talentrl": {"tw": {"n": 100, "errors": 6}}, "talent_sft": {"tw": {"n": 100, "errors": 0}}}}
+    >>> error_gate(m, 0.05)[0], error_gate(m, 0.10)[0]
+    (False, True)
+    """
+    shares, failures = {}, []
+    for system, panels in sorted(metrics.get("systems", {}).items()):
+        for panel, b in sorted(panels.items()):
+            share = b.get("errors", 0) / max(b.get("n", 0), 1)
+            shares[f"{system}/{panel}"] = round(share, 6)
+            if share > max_share:
+                failures.append(f"{system} on {panel}: {b.get('errors', 0)} of {b.get('n', 0)} episodes ended in an environment error")
+    return not failures, {"error_share": shares, "failures": failures, "max_error_share": max_share}
+
+
+@dg.asset_check(asset=evaluation, blocking=True, description="Integrity: environment errors within eval.max_error_share.")
+def evaluation_env_errors(talentrl: TalentRLConfigSource) -> dg.AssetCheckResult:
+    cfg = talentrl.load()
+    metrics = json.loads((ArtifactPaths.of(cfg).eval / "metrics.json").read_text())
+    passed, meta = error_gate(metrics, cfg.eval.max_error_share)
+    return dg.AssetCheckResult(passed=passed, metadata=meta)
+
+
 STAGE_CHECKS = [
     trajectories_schema_and_counts,
     library_covers_task_types,
     sft_checkpoint_finite,
     rl_checkpoint_finite,
     talentrl_not_below_sft,
+    evaluation_env_errors,
 ]

@@ -421,6 +421,8 @@ class EvalConfig:
     "95% interval: wilson or bootstrap."
     promote_tolerance: float = 0.05
     "Gate: talentrl may fall below talent_sft by at most this much success."
+    max_error_share: float = 0.05
+    "Integrity check: a (system, panel) whose episodes ended in an environment error more often than this fails the evaluation's asset check."
 
     def __post_init__(self) -> None:
         allowed = {"zero_shot", "flat_skillbank", "random_talent", "oracle_talent", "talent_sft", "flat_grpo", "talentrl"}
@@ -429,6 +431,8 @@ class EvalConfig:
             raise ValueError(f"eval.systems has unknown {bad}; choose from {sorted(allowed)}")
         if self.ci not in ("wilson", "bootstrap"):
             raise ValueError(f"eval.ci={self.ci!r}: choose wilson or bootstrap")
+        if not 0.0 <= self.max_error_share <= 1.0:
+            raise ValueError(f"eval.max_error_share={self.max_error_share}: give a share in [0, 1]")
         stray = sorted(set(self.n_by_panel) - set(self.panels))
         if stray:
             raise ValueError(f"eval.n_by_panel names {stray}, which are not in eval.panels {list(self.panels)}")

@@ -220,3 +220,31 @@ def test_evaluation_cost_section_reports_prompt_and_prefilled_tokens_per_step():
     m["perf"] = {"talentrl": {"textworld": c}}
     validate_metrics(m)
     assert "| talentrl | textworld | 12 | 10 | 450 | 180 |" in render_markdown(m)
+
+
+def test_environment_errors_and_invalid_actions_are_counted_and_gate_fails():
+    from assets.checks import error_gate
+    from talentrl_core.evaluation.report import EpisodeResult, build_metrics, render_markdown
+
+    rs = [EpisodeResult("talent_sft", "textworld", f"t{i}", "a", False, 0.0, 3, error=i < 3, n_steps=4, n_invalid=1)
+          for i in range(10)]
+    rs += [EpisodeResult("flat_skillbank", "textworld", f"t{i}", "a", i % 2 == 0, 1.0, 3, n_steps=5) for i in range(10)]
+    m = build_metrics(rs)
+    b = m["systems"]["talent_sft"]["textworld"]
+    assert b["errors"] == 3 and b["invalid_rate"] == 0.25 and b["success"] == 0.0
+    assert m["systems"]["flat_skillbank"]["textworld"]["errors"] == 0
+    assert "3 errors, 25.0% invalid" in render_markdown(m)
+    passed, meta = error_gate(m, 0.05)
+    assert not passed and meta["failures"] == ["talent_sft on textworld: 3 of 10 episodes ended in an environment error"]
+    assert error_gate(m, 0.5)[0]
+
+
+def test_runner_refuses_a_panel_without_one_trajectory_per_task():
+    from types import SimpleNamespace
+
+    from talentrl_core.evaluation.runner import check_one_per_task
+
+    tasks = [SimpleNamespace(task_id=f"t{i}") for i in range(3)]
+    check_one_per_task([SimpleNamespace(task_id=f"t{i}") for i in (2, 0, 1)], tasks, "s", "p")
+    with pytest.raises(RuntimeError, match="2 trajectories for 3 tasks"):
+        check_one_per_task([SimpleNamespace(task_id="t0"), SimpleNamespace(task_id="t1")], tasks, "s", "p")

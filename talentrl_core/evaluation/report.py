@@ -9,6 +9,8 @@ appear at every level, these are guaranteed and checked by ``validate_metrics``)
                                   "ci95": [lo, hi],        # 95% interval (Wilson or bootstrap)
                                   "n": int,                # greedy episodes
                                   "ci_method": str, "mean_reward": float, "tokens_per_episode": float,
+                                  "errors": int,           # episodes that ended in an environment error
+                                  "invalid_rate": float,   # invalid actions / policy steps
                                   "per_task_type": {TYPE: {"success", "ci95", "n", "tokens_per_episode"}},
                                   "avg_at_k": {"k", "k_min", "value", "ci95", "n_tasks"},   # sampled only
                                   "routing_accuracy": float, "routing_n": int}}},         # oracle known
@@ -75,6 +77,12 @@ class EpisodeResult:
     "Best talent for the task where known (None: unknown)."
     sample_idx: int = 0
     "0: the greedy episode; > 0: a sampled attempt (avg@k)."
+    error: bool = False
+    "The episode ended in an environment error (crash or timeout): it counts as a failure and is reported."
+    n_steps: int = 0
+    "Policy steps (routing included)."
+    n_invalid: int = 0
+    "Steps whose action was unparseable or inadmissible."
 
 
 def _as_result(r: Union[EpisodeResult, Mapping[str, Any]]) -> EpisodeResult:
@@ -99,11 +107,14 @@ def _interval(successes: list[bool], ci: str, z: float, n_boot: int, seed: int) 
 
 def _success_block(eps: list[EpisodeResult], ci: str, z: float, n_boot: int, seed: int) -> dict:
     succ = [bool(e.success) for e in eps]
+    steps = sum(e.n_steps for e in eps)
     return {
         "success": float(np.mean(succ)),
         "ci95": _interval(succ, ci, z, n_boot, seed),
         "n": int(len(succ)),
         "tokens_per_episode": float(np.mean([e.tokens for e in eps])),
+        "errors": int(sum(bool(e.error) for e in eps)),
+        "invalid_rate": float(sum(e.n_invalid for e in eps) / steps) if steps else 0.0,
     }
 
 
@@ -413,6 +424,14 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     out += [f"Success rate of greedy episodes, 95% interval in brackets ({', '.join(methods)}), n = episodes.", ""]
     rows = [[s] + [f"{_fmt(S[s][p])} (n={S[s][p]['n']})" if p in S[s] else "—" for p in panels] for s in systems]
     out += [md_table(["system"] + panels, rows), ""]
+
+    if any(S[s][p].get("errors") or S[s][p].get("invalid_rate") for s in systems for p in S[s]):
+        out += ["## Episode integrity", "",
+                "Greedy episodes that ended in an environment error (counted as failures) and the share of policy steps "
+                "whose action was unparseable or inadmissible.", ""]
+        rows = [[s] + [f"{S[s][p].get('errors', 0)} errors, {100 * S[s][p].get('invalid_rate', 0.0):.1f}% invalid" if p in S[s] else "—"
+                       for p in panels] for s in systems]
+        out += [md_table(["system"] + panels, rows), ""]
 
     out += ["## Tokens per episode", ""]
     rows = [[s] + [f"{S[s][p]['tokens_per_episode']:.1f}" if p in S[s] and "tokens_per_episode" in S[s][p] else "—"

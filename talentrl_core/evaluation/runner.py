@@ -99,6 +99,16 @@ def run_perf(trajs, seconds: float, before: dict, after: dict) -> dict:
     return {"seconds": round(seconds, 1), "policy_steps": sum(len(t.steps) for t in trajs), **delta}
 
 
+def check_one_per_task(trajs, tasks, system: str, panel: str) -> None:
+    """Every task of the panel has exactly one trajectory (a lost or doubled episode would bias the rates)."""
+    got = sorted(t.task_id for t in trajs)
+    want = sorted(t.task_id for t in tasks)
+    if got != want:
+        missing, extra = sorted(set(want) - set(got)), sorted({x for x in got if got.count(x) > 1} | (set(got) - set(want)))
+        raise RuntimeError(f"{system} on {panel}: {len(got)} trajectories for {len(want)} tasks "
+                           f"(missing {missing[:5]}, doubled or foreign {extra[:5]})")
+
+
 def panel_matrices(cfg: TalentRLConfig, knowledge_factory) -> dict:
     """Each panel's strategy × task-type matrix from the library (empty for envs without strategy experts)."""
     knowledge = knowledge_factory(False)
@@ -150,6 +160,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
                 t0, before = time.perf_counter(), dict(getattr(policy.gen, "stats", {}))
                 trajs = run_episodes(family.make, specs, policy, dataclasses.replace(settings, checkpoint=str(ckpt)),
                                      knowledge, cfg.collect.batch_size, progress)
+                check_one_per_task(trajs, tasks, system, panel)
                 if k == 0:
                     perf.setdefault(system, {})[panel] = run_perf(trajs, time.perf_counter() - t0, before,
                                                                   getattr(policy.gen, "stats", {}))
@@ -159,6 +170,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
                         system=system, panel=panel, task_id=t.task_id, task_type=t.task_type, success=bool(t.success),
                         reward=float(t.final_reward), tokens=sum(s.prompt_tokens + s.completion_tokens for s in t.steps),
                         chosen_talent=t.talent_id, oracle_talent=oracle, sample_idx=k,
+                        error=bool(t.error), n_steps=t.n_steps, n_invalid=t.n_invalid,
                     ))
     if not results:
         raise RuntimeError(f"nothing to evaluate: {skipped or 'no systems/panels configured'}")

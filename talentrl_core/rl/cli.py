@@ -60,9 +60,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override, e.g. rl.steps=4 (JSON values)")
     p.add_argument("--init", required=True, help="initial checkpoint folder (the SFT model)")
     p.add_argument("--out", required=True, help="output folder of the final model (checkpoints go to <out>.work)")
-    p.add_argument("--knowledge", default="none",
-                   help="'library' (LanceDB at library.uri, LibraryKnowledge), a JSON talent/skill bank (StaticKnowledge), "
-                        "or 'none' (flat baseline only)")
+    p.add_argument("--knowledge", default="library",
+                   help="'library' (default: LanceDB at library.uri, flat when rl.flat_baseline, as the pipeline's rl stage), "
+                        "a JSON talent/skill bank (StaticKnowledge; flat mode when rl.flat_baseline), or 'none' (no skills: "
+                        "flat baseline only)")
     p.add_argument("--result-json", help="write the returned metadata here ('{rank}' is replaced by the process index)")
     p.add_argument("--no-progress", action="store_true")
     args = p.parse_args(argv)
@@ -94,6 +95,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from .static_knowledge import StaticKnowledge
 
         knowledge = StaticKnowledge.from_json(args.knowledge)
+        if cfg.rl.flat_baseline:
+            knowledge = knowledge.flat()
     tracker = None
     rank = int(os.environ.get("RANK", "0"))
     if rank == 0:
@@ -106,7 +109,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
         write_json(args.result_json.replace("{rank}", str(PartialState().process_index)), result)
     return 0
-
 
 
 if __name__ == "__main__":

@@ -248,3 +248,20 @@ def test_runner_refuses_a_panel_without_one_trajectory_per_task():
     check_one_per_task([SimpleNamespace(task_id=f"t{i}") for i in (2, 0, 1)], tasks, "s", "p")
     with pytest.raises(RuntimeError, match="2 trajectories for 3 tasks"):
         check_one_per_task([SimpleNamespace(task_id="t0"), SimpleNamespace(task_id="t1")], tasks, "s", "p")
+
+
+def test_zero_shot_is_the_unmodified_backbone_for_hf_models(tmp_path):
+    from pipeline.config import load_config
+    from talentrl_core.evaluation.runner import system_checkpoint
+    from talentrl_core.paths import ArtifactPaths
+
+    tiny = load_config([f"artifacts_dir={tmp_path}"])
+    paths = ArtifactPaths.of(tiny)
+    assert system_checkpoint(tiny, paths, "base") == (str(paths.base_model), False)
+    (tmp_path / "backbone").mkdir()
+    (tmp_path / "backbone" / "config.json").write_text("{}")
+    hf = load_config([f"artifacts_dir={tmp_path}", "model=hf", f"model.name_or_path={tmp_path / 'backbone'}"])
+    assert system_checkpoint(hf, paths, "base") == (str(tmp_path / "backbone"), True)
+    hub = load_config([f"artifacts_dir={tmp_path}", "model=hf", "model.name_or_path=Qwen/Qwen2.5-7B-Instruct"])
+    assert system_checkpoint(hub, paths, "base") == ("Qwen/Qwen2.5-7B-Instruct", True)  # from the local HF cache
+    assert system_checkpoint(hub, paths, "sft") == (str(paths.sft_checkpoint), False)

@@ -481,6 +481,8 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     out += perf_section(metrics)
     out += ["## Notes", ""]
     out.append("- Success and its interval use greedy episodes (one per task); avg@k uses sampled attempts.")
+    if metrics.get("zero_shot_model") and "zero_shot" in systems:
+        out.append(f"- zero_shot is {metrics['zero_shot_model']}.")
     for p in panels:
         present = [s for s in systems if p in S[s]]
         best = max(present, key=lambda s: S[s][p]["success"])

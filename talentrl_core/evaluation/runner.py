@@ -60,6 +60,17 @@ def checkpoint_path(paths: ArtifactPaths, which: str) -> Path:
             "flat_grpo": paths.flat_grpo_checkpoint}[which]
 
 
+def system_checkpoint(cfg: TalentRLConfig, paths: ArtifactPaths, which: str) -> tuple[str, bool]:
+    """(checkpoint a system loads, whether it is there). zero_shot of ``model.kind=hf`` is the unmodified backbone
+    (``model.name_or_path``: a folder, or a Hub id loaded from the local Hugging Face cache); of the tiny model, the
+    randomly initialised network the pipeline built."""
+    if which == "base" and str(cfg.model.kind) == "hf" and cfg.model.name_or_path:
+        ref = cfg.model.name_or_path
+        return ref, (Path(ref) / "config.json").exists() or not Path(ref).exists()
+    path = checkpoint_path(paths, which)
+    return str(path), (path / "config.json").exists()
+
+
 def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
     """(env config, split) of a panel; the run's own env settings apply when the families match."""
     if panel == "textworld":
@@ -144,21 +155,21 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
                                    run_id=f"eval-{panel}", split=split)
         for system in ev.systems:
             spec = SYSTEMS[system]
-            ckpt = checkpoint_path(paths, spec.checkpoint)
-            if not (ckpt / "config.json").exists():
+            ckpt, present = system_checkpoint(cfg, paths, spec.checkpoint)
+            if not present:
                 skipped[system] = f"no checkpoint at {ckpt}"
                 continue
             knowledge = NoKnowledge() if not spec.use_skills and spec.routing == "none" else knowledge_factory(spec.flat)
             for k in range(ev.avg_k + 1):  # k = 0: greedy; 1..avg_k: sampled
-                key = (str(ckpt), k == 0)
+                key = (ckpt, k == 0)
                 if key not in policies:
-                    policies[key] = load_policy(cfg, str(ckpt), temperature=0.0 if k == 0 else None, name=system)[0]
+                    policies[key] = load_policy(cfg, ckpt, temperature=0.0 if k == 0 else None, name=system)[0]
                 policy = policies[key]
                 policy.name = system
                 specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills, seed=ev.seed * 100003 + 7919 * k + i)
                          for i, t in enumerate(tasks)]
                 t0, before = time.perf_counter(), dict(getattr(policy.gen, "stats", {}))
-                trajs = run_episodes(family.make, specs, policy, dataclasses.replace(settings, checkpoint=str(ckpt)),
+                trajs = run_episodes(family.make, specs, policy, dataclasses.replace(settings, checkpoint=ckpt),
                                      knowledge, cfg.collect.batch_size, progress)
                 check_one_per_task(trajs, tasks, system, panel)
                 if k == 0:
@@ -177,6 +188,8 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)
     metrics["skipped_systems"] = skipped
     metrics["perf"] = perf
+    metrics["zero_shot_model"] = ("the unmodified backbone " + cfg.model.name_or_path if str(cfg.model.kind) == "hf"
+                                  else "the tiny model's random initialisation (trained from scratch: zero_shot is a floor, not a pretrained baseline)")
     metrics["talents"] = talent_metrics(results, panel_matrices(cfg, knowledge_factory))
     training = rl_training(paths, [s for s in ev.systems if s not in skipped])
     if training:

@@ -12,6 +12,7 @@ duplicate share. The flat-SkillBank implementation this replaces had skills in ~
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -118,16 +119,67 @@ def build_sft_data(
     return SFTData(samples, report)
 
 
+_GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def _render(tok, messages: list[dict], add_generation_prompt: bool = False) -> list[int]:
+    out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=add_generation_prompt)
+    return list(out["input_ids"])
+
+
+def _common_suffix(a: list[int], b: list[int]) -> int:
+    n = 0
+    while n < min(len(a), len(b)) and a[-1 - n] == b[-1 - n]:
+        n += 1
+    return n
+
+
+def assistant_mask_by_prefix(tok, messages: list[dict]) -> tuple[list[int], list[int]]:
+    """Token ids and loss mask of a chat sample for a template without ``{% generation %}`` markers (the official
+    Qwen2.5, Qwen3 and Llama-3.1 templates): every assistant turn's tokens are what the template appends to the
+    conversation before it rendered with the generation prompt — exactly what the model generates at inference —
+    up to and including the end-of-turn token (``tok.eos_token``); the template's text after it is not labelled.
+
+    Raises ValueError naming the turn when the template is not prefix-preserving for this sample.
+    """
+    full = _render(tok, messages)
+    mask = [0] * len(full)
+    eos = tok.eos_token_id
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        prompt = _render(tok, messages[:i], add_generation_prompt=True)
+        upto = _render(tok, messages[: i + 1])
+        if full[: len(prompt)] != prompt or full[: len(upto)] != upto or upto[: len(prompt)] != prompt:
+            raise ValueError(
+                f"the chat template is not prefix-preserving at assistant turn {i}: rendering the conversation before it "
+                "with the generation prompt is not a prefix of the rendered sample; give the template {% generation %} markers"
+            )
+        other = _render(tok, messages[:i] + [{**m, "content": m["content"] + " ~"}])
+        end = len(upto) - _common_suffix(upto, other)  # where the assistant's own text stops
+        tail = upto[end:]
+        if eos is not None and eos in tail:
+            end += tail.index(eos) + 1
+        for j in range(len(prompt), max(end, len(prompt))):
+            mask[j] = 1
+    return full, mask
+
+
 def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
     """Chat-template token ids and the assistant-token mask (the loss mask) of one sample.
 
-    A sample longer than ``max_length`` loses the start of its prompt, as generation does: the label (the
-    assistant turn at the end) is never cut.
+    A template with ``{% generation %}`` markers gives the mask directly; any other template gets it from the
+    rendered prompt with and without each assistant turn (``assistant_mask_by_prefix``). A sample longer than
+    ``max_length`` loses the start of its prompt, as generation does: the label (the assistant turn at the end)
+    is never cut.
     """
-    out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-    ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    if _GENERATION_TAG.search(tok.chat_template or ""):
+        out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
+    else:
+        ids, mask = assistant_mask_by_prefix(tok, messages)
     if not any(mask):
-        raise ValueError("the chat template marks no assistant tokens: it needs {% generation %} markers")
+        raise ValueError("the chat template marks no assistant tokens in this sample")
     return {"input_ids": ids[-max_length:], "assistant_masks": mask[-max_length:]}
 
 

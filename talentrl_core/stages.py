@@ -203,6 +203,22 @@ def sft(cfg: TalentRLConfig) -> dict:
     return {"checkpoint": str(paths.sft_checkpoint), **info}
 
 
+def pinned_library(cfg: TalentRLConfig, checkpoint: Path):
+    """``cfg.library`` pinned to the library version ``checkpoint`` was trained on (its ``talentrl_meta.json``).
+
+    One library version per run: RL continues on the SFT's version, and every system is evaluated on the version
+    its checkpoint used (talentrl on its evolved one, the SFT systems and flat_grpo on the SFT's), so skills an RL
+    run promoted never leak into a baseline. An explicit ``library.version`` wins.
+    """
+    import dataclasses
+
+    from .io import read_json
+
+    meta = Path(checkpoint) / "talentrl_meta.json"
+    version = read_json(meta).get("library_version") if cfg.library.version == -1 and meta.exists() else None
+    return dataclasses.replace(cfg.library, version=int(version)) if version else cfg.library
+
+
 def rl(cfg: TalentRLConfig) -> dict:
     """Contrastive routing RL + GRPO execution RL from the SFT checkpoint (or the flat-GRPO baseline)."""
     from .knowledge import open_knowledge
@@ -212,7 +228,7 @@ def rl(cfg: TalentRLConfig) -> dict:
     flat = cfg.rl.flat_baseline
     out = paths.flat_grpo_checkpoint if flat else paths.rl_checkpoint
     family = family_for(cfg)
-    knowledge = open_knowledge(cfg.library, flat=flat)
+    knowledge = open_knowledge(pinned_library(cfg, paths.sft_checkpoint), flat=flat)
     tracker = _tracker(cfg, "rl_flat_grpo" if flat else "rl")
     try:
         info = train_rl(cfg, family, knowledge, str(paths.sft_checkpoint), out, tracker=tracker)
@@ -239,7 +255,7 @@ def evaluate(cfg: TalentRLConfig) -> dict:
     from .evaluation.runner import evaluate_all
     from .knowledge import open_knowledge
 
-    out = evaluate_all(cfg, lambda flat: open_knowledge(cfg.library, flat=flat))
+    out = evaluate_all(cfg, lambda flat, checkpoint: open_knowledge(pinned_library(cfg, checkpoint), flat=flat))
     table = {s: {p: round(b["success"], 3) for p, b in panels.items()} for s, panels in out["metrics"]["systems"].items()}
     return {"report": out["files"].get("report.md"), "metrics_file": out["files"].get("metrics.json"),
             "success": table, "skipped": out["skipped"]}

@@ -265,3 +265,24 @@ def test_zero_shot_is_the_unmodified_backbone_for_hf_models(tmp_path):
     hub = load_config([f"artifacts_dir={tmp_path}", "model=hf", "model.name_or_path=Qwen/Qwen2.5-7B-Instruct"])
     assert system_checkpoint(hub, paths, "base") == ("Qwen/Qwen2.5-7B-Instruct", True)  # from the local HF cache
     assert system_checkpoint(hub, paths, "sft") == (str(paths.sft_checkpoint), False)
+
+
+def test_each_system_reads_the_library_version_its_checkpoint_trained_on(tmp_path):
+    import json
+
+    from pipeline.config import load_config
+    from talentrl_core.evaluation.runner import SYSTEMS, checkpoint_path
+    from talentrl_core.paths import ArtifactPaths
+    from talentrl_core.stages import pinned_library
+
+    cfg = load_config([f"artifacts_dir={tmp_path}"])
+    paths = ArtifactPaths.of(cfg)
+    for ckpt, version in ((paths.sft_checkpoint, 1), (paths.rl_checkpoint, 4), (paths.flat_grpo_checkpoint, 1)):
+        ckpt.mkdir(parents=True)
+        (ckpt / "talentrl_meta.json").write_text(json.dumps({"library_version": version}))
+    # evolution during TalentRL wrote versions 2..4: only talentrl reads them; every baseline stays on the SFT's
+    got = {s: pinned_library(cfg, checkpoint_path(paths, spec.checkpoint)).version for s, spec in SYSTEMS.items() if s != "zero_shot"}
+    assert got == {"flat_skillbank": 1, "random_talent": 1, "oracle_talent": 1, "talent_sft": 1, "flat_grpo": 1, "talentrl": 4}
+    assert pinned_library(cfg, tmp_path / "no-checkpoint").version == -1
+    explicit = load_config([f"artifacts_dir={tmp_path}", "library.version=2"])
+    assert pinned_library(explicit, paths.rl_checkpoint).version == 2

@@ -122,7 +122,7 @@ def check_one_per_task(trajs, tasks, system: str, panel: str) -> None:
 
 def panel_matrices(cfg: TalentRLConfig, knowledge_factory) -> dict:
     """Each panel's strategy × task-type matrix from the library (empty for envs without strategy experts)."""
-    knowledge = knowledge_factory(False)
+    knowledge = knowledge_factory(False, ArtifactPaths.of(cfg).sft_checkpoint)
     lib = getattr(knowledge, "lib", None)
     out = {}
     for panel in cfg.eval.panels:
@@ -134,7 +134,11 @@ def panel_matrices(cfg: TalentRLConfig, knowledge_factory) -> dict:
 
 
 def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) -> dict:
-    """Evaluate ``cfg.eval.systems`` on ``cfg.eval.panels``; write metrics.json, report.md and plots."""
+    """Evaluate ``cfg.eval.systems`` on ``cfg.eval.panels``; write metrics.json, report.md and plots.
+
+    ``knowledge_factory(flat, checkpoint)`` opens the library for a system: flat or not, at the version that
+    system's checkpoint trained on (``stages.pinned_library``); ``metrics["library_versions"]`` records them.
+    """
     from ..agent import load_policy
     from ..envs import make_family
 
@@ -144,6 +148,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     skipped: dict[str, str] = {}
     policies: dict[str, object] = {}
     perf: dict[str, dict] = {}
+    versions: dict[str, Optional[int]] = {}
     for panel in ev.panels:
         env_cfg, split = panel_env(cfg, panel)
         family = make_family(env_cfg, Path(env_cfg.cache_dir))
@@ -159,7 +164,11 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
             if not present:
                 skipped[system] = f"no checkpoint at {ckpt}"
                 continue
-            knowledge = NoKnowledge() if not spec.use_skills and spec.routing == "none" else knowledge_factory(spec.flat)
+            if not spec.use_skills and spec.routing == "none":
+                knowledge = NoKnowledge()
+            else:
+                knowledge = knowledge_factory(spec.flat, checkpoint_path(paths, spec.checkpoint))
+                versions[system] = knowledge.version
             for k in range(ev.avg_k + 1):  # k = 0: greedy; 1..avg_k: sampled
                 key = (ckpt, k == 0)
                 if key not in policies:
@@ -188,6 +197,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)
     metrics["skipped_systems"] = skipped
     metrics["perf"] = perf
+    metrics["library_versions"] = versions
     metrics["zero_shot_model"] = ("the unmodified backbone " + cfg.model.name_or_path if str(cfg.model.kind) == "hf"
                                   else "the tiny model's random initialisation (trained from scratch: zero_shot is a floor, not a pretrained baseline)")
     metrics["talents"] = talent_metrics(results, panel_matrices(cfg, knowledge_factory))

@@ -13,7 +13,9 @@ TRANSFORMERS_OFFLINE and WANDB_MODE=offline are set unless the environment alrea
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
 from typing import Sequence
 
@@ -62,12 +64,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"config error: {e}", file=sys.stderr)
         return 2
     try:
-        meta = STAGES[args.stage](cfg)
+        with stdout_to_stderr():
+            meta = STAGES[args.stage](cfg)
     except StageNotBuilt:
         print(f"stage {args.stage} is not built yet", file=sys.stderr)
         return 3
     print(json.dumps(meta, indent=2, sort_keys=True, default=str))
     return 0
+
+
+@contextlib.contextmanager
+def stdout_to_stderr():
+    """While a stage runs, everything written to stdout (libraries' prints, worker processes) goes to stderr, so
+    stdout carries the stage's JSON alone (``python -m pipeline.run ... | jq``)."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 Two sample kinds come out of a trajectory:
   * routing (step 0): task + talent menu → ``<talent>ID</talent>``
-  * execution (steps 1..n): rules, task, talent strategy, retrieved skills, last ``h`` (obs, action)
-    pairs, current observation, admissible actions → ``<think>…</think><action>…</action>``
+  * execution (steps 1..n): rules, task, retrieved skills, last ``h`` (obs, action) pairs, current
+    observation, admissible actions, then the talent's strategy (last: next to the decision it should change)
+    → ``<think>…</think><action>…</action>``
     (QA: ``<search>…</search>`` or ``<answer>…</answer>``, the Search-R1 protocol).
 
 Skill and talent text is *data*: ``escape_data`` neutralises tags inside it so a skill that says
@@ -153,8 +154,6 @@ def _cut(s: str, n: int) -> str:
 
 def execution_messages(ctx: ExecContext) -> list[dict]:
     parts = [f"Task: {ctx.goal}"]
-    if ctx.talent is not None:
-        parts.append(f"Strategy ({escape_data(ctx.talent.name)}): {escape_data(ctx.talent.strategy)}")
     if ctx.skills:
         parts.append("Skills:\n" + "\n".join(f"- [{s.kind}] {escape_data(s.title)}: {escape_data(s.principle)}" for s in ctx.skills))
     goal = " ".join(ctx.goal.split())
@@ -171,6 +170,8 @@ def execution_messages(ctx: ExecContext) -> list[dict]:
     if ctx.admissible is not None:
         acts = [a for a in ctx.admissible if a not in ("look", "inventory")]
         parts.append("Admissible: " + ", ".join(acts))
+    if ctx.talent is not None:  # last, next to the decision: what the talent says to do now
+        parts.append(f"Strategy ({escape_data(ctx.talent.name)}): {escape_data(ctx.talent.strategy)}")
     system = RULES[ctx.env] + (" " + ctx.extra_rules if ctx.extra_rules else "")
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)}]
 

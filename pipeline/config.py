@@ -44,6 +44,18 @@ def _fields_of(path: str) -> list[str] | None:
     return [f.name for f in dataclasses.fields(cls)]
 
 
+def _is_mapping(path: str) -> bool:
+    """Whether the dotted path is a dict-valued field of the schema (its keys are data, not config keys)."""
+    section, _, leaf = path.rpartition(".")
+    if not leaf or _fields_of(section) is None:
+        return False
+    cls = TalentRLConfig
+    for part in [p for p in section.split(".") if p]:
+        cls = type({f.name: f for f in dataclasses.fields(cls)}[part].default_factory())
+    f = {f.name: f for f in dataclasses.fields(cls)}.get(leaf)
+    return f is not None and callable(f.default_factory) and isinstance(f.default_factory(), dict)
+
+
 def _group_choices(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
@@ -80,8 +92,27 @@ def _explain(err: Exception, overrides: Sequence[str]) -> str:
     return "; ".join(dict.fromkeys(lines[:1] + detail)) if lines else type(err).__name__
 
 
+def check_added_keys(overrides: Sequence[str]) -> None:
+    """``+key=value`` / ``++key=value`` may only name keys the schema has (Hydra would add a new key silently);
+    ``+group=option`` for a config group stays allowed."""
+    for o in overrides:
+        if not o.startswith("+"):
+            continue
+        key = o.lstrip("+").partition("=")[0].strip()
+        if key in GROUPS:
+            continue
+        parent, _, leaf = key.rpartition(".")
+        if _is_mapping(parent):  # a dict field (eval.n_by_panel): new keys are its data
+            continue
+        choices = _fields_of(parent)
+        if choices is None or leaf not in choices:
+            where = f"valid keys of '{parent or '<root>'}': {', '.join(choices)}" if choices else f"'{parent}' is not a config section"
+            raise ConfigError(f"unknown config key '{key}' in override {o!r}; {where}")
+
+
 def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -> TalentRLConfig:
     """Compose ``conf/`` with Hydra overrides into a validated ``TalentRLConfig`` (plain dataclasses)."""
+    check_added_keys(overrides)
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(config_dir or CONF_DIR)):

@@ -70,3 +70,13 @@ def test_per_panel_sizes_override_the_default_and_must_name_a_configured_panel()
     assert cfg.eval.panel_size("textworld") == cfg.eval.n_per_panel == 100
     with pytest.raises(ConfigError, match=r"qa_nq.*not in eval.panels"):
         load_config(["+eval.n_by_panel.qa_nq=5"])
+
+
+@pytest.mark.parametrize("override", ["+foo=1", "+sft.max_stepz=3", "++rl.stepz=3", "+nosuch.section=1"])
+def test_added_keys_must_exist_in_the_schema(override):
+    with pytest.raises(ConfigError, match="unknown config key"):
+        load_config([override])
+
+
+def test_force_override_of_a_known_key_is_allowed():
+    assert load_config(["++sft.max_steps=7"]).sft.max_steps == 7

@@ -13,6 +13,26 @@ from enum import StrEnum
 from typing import Optional
 
 
+_POSITIVE = ("> 0", lambda v: v > 0)
+_NON_NEGATIVE = (">= 0", lambda v: v >= 0)
+_AT_LEAST_1 = (">= 1", lambda v: v >= 1)
+_COSINE = ("in [-1, 1]", lambda v: -1.0 <= v <= 1.0)
+
+
+def check_ranges(section: str, obj, **rules: tuple) -> None:
+    """Raise ValueError ``section.key=value: must be ...`` for the first field outside its range.
+
+    >>> check_ranges("sft", type("C", (), {"lr": 0.0})(), lr=_POSITIVE)
+    Traceback (most recent call last):
+    ...
+    ValueError: sft.lr=0.0: must be > 0
+    """
+    for name, (what, ok) in rules.items():
+        value = getattr(obj, name)
+        if not ok(value):
+            raise ValueError(f"{section}.{name}={value!r}: must be {what}")
+
+
 class EnvName(StrEnum):
     alfworld = "alfworld"
     textworld = "textworld"
@@ -111,6 +131,8 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ValueError(f"env.max_steps must be >= 1, got {self.max_steps}")
+        check_ranges("env", self, history=_NON_NEGATIVE, obs_chars=(">= 20 (characters of an observation shown)", lambda v: v >= 20),
+                     step_timeout_s=_POSITIVE)
         if self.invalid_penalty > 0:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")
         if self.expert not in ("handcoded", "walkthrough", "planner"):
@@ -175,6 +197,9 @@ class ModelConfig:
             raise ValueError(f"model.dtype={self.dtype!r}: choose float32, bfloat16 or float16")
         if self.compute_dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"model.compute_dtype={self.compute_dtype!r}: choose auto, float32 or bfloat16")
+        if self.kind == ModelKind.tiny:  # the byte-level BPE needs its 256 bytes and the special tokens
+            check_ranges("model", self, vocab_size=(">= 512 for the tiny model's byte-level tokenizer", lambda v: v >= 512),
+                         max_position_embeddings=(">= 256: shorter contexts cut every prompt", lambda v: v >= 256))
 
 
 @dataclass
@@ -247,6 +272,8 @@ class LibraryConfig:
             raise ValueError("library.max_pattern_len must be >= 2 (a pattern is an ordered pair or longer)")
         if self.teacher_retries < 1:
             raise ValueError("library.teacher_retries counts attempts: make it >= 1")
+        check_ranges("library", self, dedup_threshold=_COSINE, lam=_NON_NEGATIVE, k_specific=_NON_NEGATIVE,
+                     k_general=_NON_NEGATIVE, k_mistake=_NON_NEGATIVE, n_talents=_NON_NEGATIVE)
 
 
 @dataclass
@@ -275,6 +302,7 @@ class CollectConfig:
             raise ValueError("collect.batch_size and collect.workers must be >= 1")
         if not self.strategies:
             raise ValueError("collect.strategies is empty: give 'all', 'none' or strategy names")
+        check_ranges("collect", self, n_episodes=("0 (the whole split) or more", lambda v: v >= 0), random_episodes=_NON_NEGATIVE)
 
 
 @dataclass
@@ -311,6 +339,8 @@ class SFTConfig:
     "Training seed."
 
     def __post_init__(self) -> None:
+        check_ranges("sft", self, max_steps=_AT_LEAST_1, lr=_POSITIVE, batch_size=_AT_LEAST_1, warmup_steps=_NON_NEGATIVE,
+                     save_steps=_AT_LEAST_1, max_minutes=_NON_NEGATIVE)
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
             raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="
                              f"{self.micro_batch_size}: set sft.micro_batch_size to a divisor of it")
@@ -392,8 +422,12 @@ class RLConfig:
             raise ValueError("rl.tasks_per_step, rl.micro_batch_size and rl.rollout_batch_size must be >= 1")
         if self.ppo_epochs < 1:
             raise ValueError(f"rl.ppo_epochs={self.ppo_epochs}: make it >= 1")
+        check_ranges("rl", self, steps=_AT_LEAST_1, lr=_POSITIVE)
         if self.no_talent_arm and self.n_arms < 2 and not self.flat_baseline:
             raise ValueError("rl.no_talent_arm counts within rl.n_arms: set rl.n_arms >= 2 so one talent arm remains")
+        if self.group_size // max(self.n_arms, 1) < 2:
+            raise ValueError(f"rl.group_size={self.group_size} with rl.n_arms={self.n_arms} leaves {self.group_size // max(self.n_arms, 1)} "
+                             "rollout(s) per arm: a group-relative advantage needs >= 2 (raise rl.group_size)")
         if self.group_size % self.n_arms:
             raise ValueError(
                 f"rl.group_size={self.group_size} must be a multiple of rl.n_arms={self.n_arms} "
@@ -431,6 +465,7 @@ class EvalConfig:
             raise ValueError(f"eval.systems has unknown {bad}; choose from {sorted(allowed)}")
         if self.ci not in ("wilson", "bootstrap"):
             raise ValueError(f"eval.ci={self.ci!r}: choose wilson or bootstrap")
+        check_ranges("eval", self, n_per_panel=("0 (every task) or more", lambda v: v >= 0), avg_k=_NON_NEGATIVE)
         if not 0.0 <= self.max_error_share <= 1.0:
             raise ValueError(f"eval.max_error_share={self.max_error_share}: give a share in [0, 1]")
         stray = sorted(set(self.n_by_panel) - set(self.panels))

@@ -80,3 +80,20 @@ def test_added_keys_must_exist_in_the_schema(override):
 
 def test_force_override_of_a_known_key_is_allowed():
     assert load_config(["++sft.max_steps=7"]).sft.max_steps == 7
+
+
+@pytest.mark.parametrize("override,named", [
+    ("sft.lr=0", "sft.lr"), ("rl.lr=0", "rl.lr"), ("rl.steps=-1", "rl.steps"), ("sft.max_steps=-5", "sft.max_steps"),
+    ("env.obs_chars=-1", "env.obs_chars"), ("env.history=-1", "env.history"), ("collect.n_episodes=-3", "collect.n_episodes"),
+    ("eval.n_per_panel=-1", "eval.n_per_panel"), ("library.dedup_threshold=1.5", "library.dedup_threshold"),
+    ("model.vocab_size=10", "model.vocab_size"), ("model.max_position_embeddings=16", "model.max_position_embeddings"),
+    ("sft.batch_size=0", "sft.batch_size"),
+])
+def test_out_of_range_values_are_refused_by_name(override, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        load_config([override])
+
+
+def test_a_group_of_one_per_arm_is_refused():
+    with pytest.raises(ConfigError, match="per arm"):
+        load_config(["rl.group_size=1", "rl.n_arms=1"])

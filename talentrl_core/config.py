@@ -425,9 +425,9 @@ class RLConfig:
         check_ranges("rl", self, steps=_AT_LEAST_1, lr=_POSITIVE)
         if self.no_talent_arm and self.n_arms < 2 and not self.flat_baseline:
             raise ValueError("rl.no_talent_arm counts within rl.n_arms: set rl.n_arms >= 2 so one talent arm remains")
-        if self.group_size // max(self.n_arms, 1) < 2:
-            raise ValueError(f"rl.group_size={self.group_size} with rl.n_arms={self.n_arms} leaves {self.group_size // max(self.n_arms, 1)} "
-                             "rollout(s) per arm: a group-relative advantage needs >= 2 (raise rl.group_size)")
+        if self.group_size < 2:
+            raise ValueError(f"rl.group_size={self.group_size}: a group of one rollout has no relative advantage and no "
+                             "talent contrast, so nothing would train (make it >= 2)")
         if self.group_size % self.n_arms:
             raise ValueError(
                 f"rl.group_size={self.group_size} must be a multiple of rl.n_arms={self.n_arms} "

@@ -95,5 +95,5 @@ def test_out_of_range_values_are_refused_by_name(override, named):
 
 
 def test_a_group_of_one_per_arm_is_refused():
-    with pytest.raises(ConfigError, match="per arm"):
+    with pytest.raises(ConfigError, match="group of one"):
         load_config(["rl.group_size=1", "rl.n_arms=1"])

@@ -51,7 +51,7 @@ def hide_route(goal: str) -> str:
     """The goal without the sentences that give directions (what ``route=hidden`` tasks show).
 
     >>> hide_route("Welcome! First of all, venture south. Then, move north. And then, lift the coin from the floor of the kitchenette. Once that's all handled, you can stop!")
-    'Welcome! The route is not given: find it yourself. Lift the coin from the floor of the kitchenette. Once that\\'s all handled, you can stop!'
+    'Welcome! The route is not given: find it yourself. Lift the coin from the floor of the kitchenette. You can stop!'
     """
     kept: list[str] = []
     hid = False

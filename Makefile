@@ -9,7 +9,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo cpu-full test test-all ui bench clean
+.PHONY: setup demo cpu-full test test-all ui bench clean clean-all
 
 # Creates .venv from the committed lock when it is missing (idempotent: a stamp records the lock hash).
 setup: .venv/.stamp
@@ -40,5 +40,11 @@ ui: setup
 bench: setup
 	@for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
+# Keeps artifacts/wandb: offline runs not yet synced (`wandb sync artifacts/wandb/offline-run-*`) would be lost.
 clean:
+	@if [ -d artifacts ]; then find artifacts -mindepth 1 -maxdepth 1 ! -name wandb -exec rm -rf {} +; fi
+	rm -rf .dagster_home
+	@if [ -d artifacts/wandb ]; then echo "kept artifacts/wandb (offline runs); 'make clean-all' removes it too"; fi
+
+clean-all:
 	rm -rf artifacts .dagster_home

@@ -1,6 +1,6 @@
 """RL seed replicates on one SFT checkpoint, and the pooled paired test over them (DESIGN.md §6, issue 14).
 
-    python -m pipeline.seeds --from artifacts --seeds 1 2 --out docs/results/talents [hydra overrides...]
+    python -m pipeline.seeds [hydra overrides...] --from artifacts --seeds 1 2 --out docs/results/talents
 
 For each seed N: a folder ``<from>/seeds/seed<N>`` whose trajectories, library and base/SFT models link to
 ``<from>``'s, then the ``rl`` stage (TalentRL and flat GRPO, ``rl.seed=N``) and the ``evaluate`` stage for the

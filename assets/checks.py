@@ -105,6 +105,14 @@ def rl_checkpoint_finite(talentrl: TalentRLConfigSource) -> dg.AssetCheckResult:
     return dg.AssetCheckResult(passed=all(r.passed for r in results.values()), metadata=metadata)
 
 
+def _metrics_check(talentrl: TalentRLConfigSource, gate) -> dg.AssetCheckResult:
+    """Run ``gate(metrics, cfg) -> (passed, metadata)`` on the evaluation's metrics.json."""
+    cfg = talentrl.load()
+    metrics = json.loads((ArtifactPaths.of(cfg).eval / "metrics.json").read_text())
+    passed, meta = gate(metrics, cfg)
+    return dg.AssetCheckResult(passed=passed, metadata=meta)
+
+
 def promotion_gate(metrics: dict, panels: list[str], tolerance: float) -> tuple[bool, dict]:
     """Pass when talentrl >= talent_sft - tolerance on every panel; a missing number fails.
 
@@ -128,10 +136,7 @@ def promotion_gate(metrics: dict, panels: list[str], tolerance: float) -> tuple[
 
 @dg.asset_check(asset=evaluation, blocking=True, description="Promotion gate: talentrl within tolerance of talent_sft.")
 def talentrl_not_below_sft(talentrl: TalentRLConfigSource) -> dg.AssetCheckResult:
-    cfg = talentrl.load()
-    metrics = json.loads((ArtifactPaths.of(cfg).eval / "metrics.json").read_text())
-    passed, meta = promotion_gate(metrics, list(cfg.eval.panels), cfg.eval.promote_tolerance)
-    return dg.AssetCheckResult(passed=passed, metadata=meta)
+    return _metrics_check(talentrl, lambda m, cfg: promotion_gate(m, list(cfg.eval.panels), cfg.eval.promote_tolerance))
 
 
 def error_gate(metrics: dict, max_share: float) -> tuple[bool, dict]:
@@ -153,10 +158,7 @@ def error_gate(metrics: dict, max_share: float) -> tuple[bool, dict]:
 
 @dg.asset_check(asset=evaluation, blocking=True, description="Integrity: environment errors within eval.max_error_share.")
 def evaluation_env_errors(talentrl: TalentRLConfigSource) -> dg.AssetCheckResult:
-    cfg = talentrl.load()
-    metrics = json.loads((ArtifactPaths.of(cfg).eval / "metrics.json").read_text())
-    passed, meta = error_gate(metrics, cfg.eval.max_error_share)
-    return dg.AssetCheckResult(passed=passed, metadata=meta)
+    return _metrics_check(talentrl, lambda m, cfg: error_gate(m, cfg.eval.max_error_share))
 
 
 STAGE_CHECKS = [

@@ -413,6 +413,18 @@ def perf_section(metrics: Mapping) -> list[str]:
             md_table(["system", "panel", "seconds", "policy steps", "prompt tok/step", "prefilled tok/step"], rows), ""]
 
 
+def integrity_section(metrics: Mapping) -> list[str]:
+    """Environment errors and the invalid-action rate per system and panel (empty when there are none)."""
+    S, systems, panels = metrics["systems"], _order_systems(metrics["systems"]), _panels(metrics)
+    if not any(S[s][p].get("errors") or S[s][p].get("invalid_rate") for s in systems for p in S[s]):
+        return []
+    rows = [[s] + [f"{S[s][p].get('errors', 0)} errors, {100 * S[s][p].get('invalid_rate', 0.0):.1f}% invalid" if p in S[s] else "—"
+                   for p in panels] for s in systems]
+    return ["## Episode integrity", "",
+            "Greedy episodes that ended in an environment error (counted as failures) and the share of policy steps "
+            "whose action was unparseable or inadmissible.", "", md_table(["system"] + panels, rows), ""]
+
+
 def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     """The Markdown report: systems × panels, per-task-type tables, tokens, avg@k, routing, notes."""
     systems = _order_systems(metrics["systems"])
@@ -425,14 +437,7 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     rows = [[s] + [f"{_fmt(S[s][p])} (n={S[s][p]['n']})" if p in S[s] else "—" for p in panels] for s in systems]
     out += [md_table(["system"] + panels, rows), ""]
 
-    if any(S[s][p].get("errors") or S[s][p].get("invalid_rate") for s in systems for p in S[s]):
-        out += ["## Episode integrity", "",
-                "Greedy episodes that ended in an environment error (counted as failures) and the share of policy steps "
-                "whose action was unparseable or inadmissible.", ""]
-        rows = [[s] + [f"{S[s][p].get('errors', 0)} errors, {100 * S[s][p].get('invalid_rate', 0.0):.1f}% invalid" if p in S[s] else "—"
-                       for p in panels] for s in systems]
-        out += [md_table(["system"] + panels, rows), ""]
-
+    out += integrity_section(metrics)
     out += ["## Tokens per episode", ""]
     rows = [[s] + [f"{S[s][p]['tokens_per_episode']:.1f}" if p in S[s] and "tokens_per_episode" in S[s][p] else "—"
                    for p in panels] for s in systems]

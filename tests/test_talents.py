@@ -168,6 +168,8 @@ def test_talent_metrics_accuracy_regret_and_section(knowledge):
     assert r["regret"] == pytest.approx(0.25)
     assert r["by_type"][HIDDEN]["chosen"] == {shown[f]: 1}
     assert tm["routing"]["oracle_talent"]["textworld"]["regret"] == 0.0
+    without_oracle = talent_metrics([r for r in rs if r.system != "oracle_talent"], {"textworld": matrix})
+    assert without_oracle["ceiling"]["textworld"] == 1.0  # task types weighted equally when oracle_talent did not run
     metrics = build_metrics(rs)
     metrics["talents"] = tm
     md = render_markdown(metrics)

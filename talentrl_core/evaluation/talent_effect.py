@@ -77,7 +77,7 @@ def talent_metrics(results: Iterable[Any], matrices: Mapping[str, Mapping[str, M
         if not matrix:
             continue
         best = best_cells(matrix)
-        types = Counter(r.task_type for r in greedy if r.panel == panel and r.system == "oracle_talent") or Counter(best)
+        types = Counter(r.task_type for r in greedy if r.panel == panel and r.system == "oracle_talent") or Counter(dict.fromkeys(best, 1))
         n = sum(types[t] for t in best) or 1
         out["matrix"][panel], out["best"][panel] = matrix, best
         out["ceiling"][panel] = float(sum(best[t]["success"] * types[t] for t in best) / n)

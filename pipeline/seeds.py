@@ -69,11 +69,12 @@ def pooled(out: Path) -> dict:
     if not seeds:
         raise FileNotFoundError(f"no seed*/episodes.jsonl under {out}")
     result: dict = {"seeds": [p.parent.name for p in seeds], "pairs": {}}
-    sft = _greedy(seeds[0]).get("talent_sft") if seeds[0].parent.name == "seed0" else None
+    greedy = {p: _greedy(p) for p in seeds}
+    sft = greedy[seeds[0]].get("talent_sft") if seeds[0].parent.name == "seed0" else None
     for a, b in PAIRS:
         per, tot = {}, [0, 0, 0]
         for p in seeds:
-            g = _greedy(p)
+            g = greedy[p]
             ra, rb = g.get(a), g.get(b) or (sft if b == "talent_sft" else None)
             if not ra or not rb:
                 continue

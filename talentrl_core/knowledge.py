@@ -11,7 +11,7 @@ from functools import lru_cache
 from typing import Optional
 
 from .config import LibraryConfig
-from .prompts import SkillView, TalentView
+from .prompts import SkillView, TalentView, shown_id
 from .rollout import SkillContext
 
 
@@ -23,21 +23,23 @@ class LibraryKnowledge:
         self.version = library.version
         self._ctx = lru_cache(maxsize=65536)(self._context)
         self._strategy_envs = {l.env for l in library.labels() if l.kind == "matrix"}
+        self._menus: dict[str, list[TalentView]] = {}
 
     def menu(self, env: str) -> list[TalentView]:
         """The routing menu: talents in content-id order, shown as ``T1``…``Tk`` (the same content, the same
         label in every library version that holds the same talents)."""
         if self.flat:
             return []
-        return [TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy, label=f"T{i}")
-                for i, t in enumerate(self.lib.talents(env), 1)]
+        if env not in self._menus:  # the library version is pinned: the menu never changes
+            self._menus[env] = [TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy, label=f"T{i}")
+                                for i, t in enumerate(self.lib.talents(env), 1)]
+        return list(self._menus[env])
 
     def _context(self, env: str, goal: str, task_type: str, talent_id: Optional[str], use_skills: bool) -> SkillContext:
         talent = None
         if talent_id is not None and not self.flat:
             t = self.lib.talent(talent_id)
-            talent = TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy,
-                                label=next((m.label for m in self.menu(env) if m.talent_id == talent_id), ""))
+            talent = TalentView(t.talent_id, t.name, t.when_to_apply, t.strategy, label=shown_id(self.menu(env), talent_id))
         if not use_skills or not self.lib.skills(env):
             return SkillContext(talent, [], [])
         res = self.lib.retrieve(

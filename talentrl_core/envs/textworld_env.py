@@ -332,7 +332,7 @@ def prepare_games(
     spawn pool, a plain script that calls this must guard its entry point with
     ``if __name__ == "__main__":``.
     """
-    by_file = {spec_of(t).game_file(cache_dir): spec_of(t) for t in tasks}  # route=hidden shares its game
+    by_file = {s.game_file(cache_dir): s for s in map(spec_of, tasks)}  # route=hidden shares its game
     specs = sorted(by_file.values(), key=lambda s: (s.challenge, s.settings, s.seed))
     missing = [s for s in specs if not is_generated(s.game_file(cache_dir))]
     times: dict[str, float] = {}

@@ -88,7 +88,6 @@ def _moves(view: EpisodeView) -> list[str]:
 
 
 def follow(view: EpisodeView) -> Optional[str]:
-    take = goal_take(view)
     route = goal_route(view.goal)
     if not route:
         return None
@@ -96,7 +95,7 @@ def follow(view: EpisodeView) -> Optional[str]:
     if done < len(route):
         step = f"go {route[done]}"
         return step if step in view.admissible else None
-    return take
+    return goal_take(view)
 
 
 def explore(view: EpisodeView) -> Optional[str]:

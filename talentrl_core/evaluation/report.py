@@ -425,6 +425,32 @@ def integrity_section(metrics: Mapping) -> list[str]:
             "whose action was unparseable or inadmissible.", "", md_table(["system"] + panels, rows), ""]
 
 
+def notes_section(metrics: Mapping, systems: list[str], panels: list[str]) -> list[str]:
+    """The report's notes: what success means, what zero_shot is, and per panel the best system and who is close."""
+    S, paired = metrics["systems"], metrics.get("paired") or {}
+    out = ["## Notes", ""]
+    out.append("- Success and its interval use greedy episodes (one per task); avg@k uses sampled attempts.")
+    if metrics.get("zero_shot_model") and "zero_shot" in systems:
+        out.append(f"- zero_shot is {metrics['zero_shot_model']}.")
+    for p in panels:
+        present = [s for s in systems if p in S[s]]
+        best = max(present, key=lambda s: S[s][p]["success"])
+        close = [s for s in present if s != best and intervals_overlap(S[s][p]["ci95"], S[best][p]["ci95"])]
+        line = f"- `{p}`: best greedy success {best} {_fmt(S[best][p])}"
+        line += f"; its interval overlaps {', '.join(close)} (not clearly different at this n by the intervals)." if close else \
+            "; no other system's interval overlaps it."
+        comps = paired.get(p) or {}
+        sharp = [(f"{best} vs {s}", comps[f"{best} vs {s}"]) for s in close if f"{best} vs {s}" in comps]
+        if sharp:
+            line += " Paired on the same tasks: " + "; ".join(
+                f"{k} {c['a_only']}:{c['b_only']} discordant, McNemar p = {c['p_mcnemar']:.4f}" for k, c in sharp) + "."
+        ns = sorted({S[s][p]["n"] for s in present})
+        if len(ns) > 1:
+            line += f" Systems were evaluated on different numbers of episodes ({ns})."
+        out.append(line)
+    return out
+
+
 def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     """The Markdown report: systems × panels, per-task-type tables, tokens, avg@k, routing, notes."""
     systems = _order_systems(metrics["systems"])
@@ -484,26 +510,7 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     out += talent_section(metrics)
     out += training_section(metrics)
     out += perf_section(metrics)
-    out += ["## Notes", ""]
-    out.append("- Success and its interval use greedy episodes (one per task); avg@k uses sampled attempts.")
-    if metrics.get("zero_shot_model") and "zero_shot" in systems:
-        out.append(f"- zero_shot is {metrics['zero_shot_model']}.")
-    for p in panels:
-        present = [s for s in systems if p in S[s]]
-        best = max(present, key=lambda s: S[s][p]["success"])
-        close = [s for s in present if s != best and intervals_overlap(S[s][p]["ci95"], S[best][p]["ci95"])]
-        line = f"- `{p}`: best greedy success {best} {_fmt(S[best][p])}"
-        line += f"; its interval overlaps {', '.join(close)} (not clearly different at this n by the intervals)." if close else \
-            "; no other system's interval overlaps it."
-        comps = paired.get(p) or {}
-        sharp = [(f"{best} vs {s}", comps[f"{best} vs {s}"]) for s in close if f"{best} vs {s}" in comps]
-        if sharp:
-            line += " Paired on the same tasks: " + "; ".join(
-                f"{k} {c['a_only']}:{c['b_only']} discordant, McNemar p = {c['p_mcnemar']:.4f}" for k, c in sharp) + "."
-        ns = sorted({S[s][p]["n"] for s in present})
-        if len(ns) > 1:
-            line += f" Systems were evaluated on different numbers of episodes ({ns})."
-        out.append(line)
+    out += notes_section(metrics, systems, panels)
     if plots:
         out += ["", "## Plots", ""] + [f"![{Path(f).stem}]({Path(f).name})" for f in plots]
     return "\n".join(out) + "\n"

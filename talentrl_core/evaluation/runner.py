@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -115,7 +116,8 @@ def check_one_per_task(trajs, tasks, system: str, panel: str) -> None:
     got = sorted(t.task_id for t in trajs)
     want = sorted(t.task_id for t in tasks)
     if got != want:
-        missing, extra = sorted(set(want) - set(got)), sorted({x for x in got if got.count(x) > 1} | (set(got) - set(want)))
+        counts = Counter(got)
+        missing, extra = sorted(set(want) - set(got)), sorted({x for x, n in counts.items() if n > 1} | (set(got) - set(want)))
         raise RuntimeError(f"{system} on {panel}: {len(got)} trajectories for {len(want)} tasks "
                            f"(missing {missing[:5]}, doubled or foreign {extra[:5]})")
 

@@ -54,7 +54,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     offline_defaults()
     args = parser().parse_args(argv)
 
-    from talentrl_core.stages import STAGES, StageNotBuilt
+    from talentrl_core.stages import STAGES, CollectFailed, StageNotBuilt
 
     from .config import ConfigError, load_config
 
@@ -69,6 +69,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StageNotBuilt:
         print(f"stage {args.stage} is not built yet", file=sys.stderr)
         return 3
+    except (CollectFailed, FileNotFoundError, OSError, ValueError) as e:  # named failures: one clear line, exit 1
+        if os.environ.get("TALENTRL_TRACEBACK"):
+            raise
+        print(f"{args.stage}: error: {e}\n(set TALENTRL_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        return 1
     print(json.dumps(meta, indent=2, sort_keys=True, default=str))
     return 0
 

@@ -34,8 +34,6 @@ def load_policy(cfg: TalentRLConfig, checkpoint: str, temperature: Optional[floa
         tok = load_tokenizer(checkpoint) if Path(checkpoint).exists() else None
         model = None
     else:
-        if not Path(checkpoint).exists() and "/" not in checkpoint:
-            raise FileNotFoundError(f"checkpoint {checkpoint} does not exist: run the stage that writes it first")
         model, tok = load_model(checkpoint, cfg.model)
         model.eval()
     gen = make_generator(cfg, model, tok, checkpoint)

@@ -30,7 +30,7 @@ def check_ranges(section: str, obj, **rules: tuple) -> None:
     for name, (what, ok) in rules.items():
         value = getattr(obj, name)
         if not ok(value):
-            raise ValueError(f"{section}.{name}={value!r}: must be {what}")
+            raise ValueError(f"{section + '.' if section else ''}{name}={value!r}: must be {what}")
 
 
 class EnvName(StrEnum):
@@ -497,6 +497,8 @@ class TalentRLConfig:
     "Everything a run writes goes under here."
     seed: int = 0
     "Global seed."
+    keep_previous_runs: int = 1
+    "SFT/RL output folders holding a run with other settings are moved to ``<folder>.prev-<time>``, never silently deleted; this many such copies are kept (0: delete them, saying so)."
     env: EnvConfig = field(default_factory=EnvConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     library: LibraryConfig = field(default_factory=LibraryConfig)
@@ -505,3 +507,6 @@ class TalentRLConfig:
     rl: RLConfig = field(default_factory=RLConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     tracker: TrackerConfig = field(default_factory=TrackerConfig)
+
+    def __post_init__(self) -> None:
+        check_ranges("", self, keep_previous_runs=_NON_NEGATIVE)

@@ -49,6 +49,20 @@ def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def remove_orphans(path: str | os.PathLike) -> list[Path]:
+    """Tidy what an ``atomic_dir``/``atomic_path`` write into ``path`` killed mid-way left beside it: its
+    ``.<name>.*.tmp`` staging copy is removed; a ``.<name>.old`` is put back when ``path`` itself is missing (the
+    kill fell between the two renames), else removed. Returns what was removed."""
+    path = Path(path)
+    old = path.with_name(f".{path.name}.old")
+    if old.exists() and not path.exists():
+        os.replace(old, path)
+    found = list(path.parent.glob(f".{path.name}.*.tmp")) + ([old] if old.exists() else [])
+    for p in found:
+        shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+    return found
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
@@ -65,3 +79,26 @@ def read_json(path: str | os.PathLike) -> Any:
         return json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
+
+
+_DISK_FULL_MARKERS = ("No space left on device", "file write failed", "inline_container.cc", "Disk quota exceeded")
+
+
+@contextmanager
+def disk_full_named(path: str | os.PathLike, what: str = "writing") -> Iterator[None]:
+    """Report a full disk as a full disk: torch's ``enforce fail at inline_container.cc`` and friends become an
+    ``OSError(ENOSPC)`` naming ``path`` and the space left on its filesystem."""
+    import errno
+
+    try:
+        yield
+    except (OSError, RuntimeError) as e:
+        full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(m in str(e) for m in _DISK_FULL_MARKERS)
+        if not full:
+            raise
+        probe = Path(path)
+        while not probe.exists() and probe != probe.parent:
+            probe = probe.parent
+        free = shutil.disk_usage(probe).free / 2**20
+        raise OSError(errno.ENOSPC, f"disk full while {what} {path} ({free:.0f} MiB free on its filesystem): "
+                                    f"free space and re-run (the run resumes from its last complete checkpoint)") from e

@@ -52,6 +52,11 @@ def tokenizer_corpus(data_dir: str | Path, extra_texts: Iterable[str] = (), seed
     Deterministic for a seed: files are read in sorted order and sub-sampled with ``random.Random(seed)``.
     """
     data_dir = Path(data_dir)
+    if not (data_dir / "qa").is_dir() and not (data_dir / "alfworld").is_dir():
+        raise FileNotFoundError(
+            f"data_dir={data_dir} holds no benchmark data (no qa/ or alfworld/ folder): the tiny model's tokenizer "
+            f"is trained on its text, and a tokenizer built without it differs from the documented runs. Point "
+            f"data_dir at the data folder (README: Data)")
     texts: list[str] = list(RULES.values())
     grammar = data_dir / "alfworld" / "alfred.twl2"
     if grammar.exists():
@@ -156,10 +161,38 @@ def load_tokenizer(path: str | Path):
     return tok
 
 
+_BUILDERS = {"sft": "sft", "base": "sft", "rl": "rl", "flat_grpo": "rl"}
+
+
+def _builder_hint(path: Path) -> str:
+    stage = _BUILDERS.get(path.name)
+    return f" (`python -m pipeline.run {stage} ...` or `make demo` builds it)" if stage else ""
+
+
+def check_model_path(path: str | Path) -> bool:
+    """True when ``path`` names a local folder (then it must hold a model: else FileNotFoundError naming it and the
+    stage that writes it); False for a Hugging Face id (``org/name``), left to ``from_pretrained``."""
+    p = Path(path)
+    local = (p.exists() or p.is_absolute() or str(path).startswith(".") or len(p.parts) > 2
+             or (len(p.parts) == 2 and Path(p.parts[0]).exists()))
+    if local and not (p / "config.json").exists():
+        what = "does not exist" if not p.exists() else "holds no model (no config.json)"
+        raise FileNotFoundError(f"{p}: {what}{_builder_hint(p)}")
+    return local
+
+
 def load_model(path: str | Path, cfg: Optional[ModelConfig] = None, device: Optional[str] = None):
     """Load (model, tokenizer) from a folder or a Hub id (the latter needs the files cached locally when offline)."""
     dtype = getattr(torch, cfg.dtype) if cfg else torch.float32
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    local = check_model_path(path)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    except Exception as e:  # noqa: BLE001 - safetensors, torch and json raise several types for a damaged folder
+        if not local:
+            raise
+        files = sorted(p.name for p in Path(path).glob("*.safetensors")) or ["config.json"]
+        raise ValueError(f"{Path(path) / files[0]}: the model in {path} cannot be loaded ({type(e).__name__}: "
+                         f"{str(e)[:200]}); re-run the stage that writes it{_builder_hint(Path(path))}") from e
     model.to(resolve_device(device or (cfg.device if cfg else "cpu")))
     return model, load_tokenizer(path)
 

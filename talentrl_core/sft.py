@@ -209,6 +209,65 @@ def length_sorted_order(lengths: Sequence[int], per_step: int, steps: int, seed:
     return order
 
 
+STAGING = ".staging-"
+"Prefix of the folder a checkpoint is written into before it is renamed to ``checkpoint-<step>``."
+
+
+def crash_safe_checkpoints(base):
+    """``base`` (a transformers Trainer) writing each checkpoint into ``.staging-checkpoint-<step>`` and renaming
+    it when complete (as RL does), so a kill or a full disk mid-write never leaves a ``checkpoint-*`` that cannot be
+    resumed; a full disk is reported as one (``io.disk_full_named``)."""
+    import os
+    import shutil
+
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
+
+    from .io import disk_full_named
+
+    class CrashSafeCheckpoints(base):
+        def _save_checkpoint(self, model, trial):
+            run_dir = Path(self.args.output_dir)
+            name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+            staging = run_dir / f"{STAGING}{name}"
+            shutil.rmtree(staging, ignore_errors=True)
+            self.args.output_dir = str(staging)
+            try:
+                with disk_full_named(run_dir / name, "writing the checkpoint"):
+                    super()._save_checkpoint(model, trial)
+            finally:
+                self.args.output_dir = str(run_dir)
+            if self.args.should_save:
+                final = run_dir / name
+                if final.exists():
+                    shutil.rmtree(final)
+                os.replace(staging / name, final)
+                shutil.rmtree(staging, ignore_errors=True)
+                rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit, use_mtime=True)
+
+    return CrashSafeCheckpoints
+
+
+def last_complete_checkpoint(work: Path, log=None) -> Optional[Path]:
+    """The newest ``checkpoint-<step>`` in ``work`` that holds a trainer state and weights; incomplete ones (left by
+    a version that wrote in place, or copied half) are removed, saying so."""
+    import shutil
+
+    found = sorted((int(p.name.split("-")[-1]), p) for p in work.glob("checkpoint-*")
+                   if p.is_dir() and p.name.split("-")[-1].isdigit())
+    for _, path in reversed(found):
+        if (path / "trainer_state.json").exists() and any(path.glob("*.safetensors")):
+            return path
+        (log or _stderr)(f"sft: {path} is incomplete (interrupted while it was written): removed; resuming from the one before")
+        shutil.rmtree(path, ignore_errors=True)
+    return None
+
+
+def _stderr(msg: str) -> None:
+    import sys
+
+    print(msg, file=sys.stderr, flush=True)
+
+
 def labelled_positions_trainer(base):
     """``base`` (TRL's SFTTrainer) with a loss that runs the LM head only where there is a label.
 
@@ -250,22 +309,30 @@ def labelled_positions_trainer(base):
     return LabelledPositionsSFTTrainer
 
 
-def prepare_work_dir(out_dir: Path, base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> Path:
-    """``<out_dir>.work``, kept for resume only when an interrupted run of *this* job left it (same base, data and
-    settings, recorded as a fingerprint); anything else starts afresh."""
+def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> dict:
+    """What an SFT result depends on (its checkpoints resume only under the same job; ``workdir.claim``)."""
     import dataclasses
     import hashlib
+
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps")}
+    samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
+    return {"base_model": base_model, "sft": settings, "model": dataclasses.asdict(model_cfg),
+            "data": {"samples": len(data.samples), "sha1": samples}}
+
+
+def prepare_work_dir(out_dir: Path, job: dict, keep_previous: int = 1) -> Path:
+    """``<out_dir>.work``, kept for resume when an interrupted run of *this* job left it; another job's folder is
+    moved aside (``workdir.claim``); staging folders of a checkpoint write that never finished are removed."""
     import shutil
 
+    from .io import remove_orphans
+    from .workdir import claim
+
+    remove_orphans(out_dir)
     work = out_dir.with_name(out_dir.name + ".work")
-    fingerprint = hashlib.sha1(json.dumps(
-        [base_model, dataclasses.asdict(cfg), dataclasses.asdict(model_cfg), [s["messages"] for s in data.samples]],
-        sort_keys=True, default=str).encode()).hexdigest()
-    stamp = work / "talentrl_fingerprint.txt"
-    if work.exists() and (not stamp.exists() or stamp.read_text() != fingerprint):
-        shutil.rmtree(work)
-    work.mkdir(parents=True, exist_ok=True)
-    stamp.write_text(fingerprint)
+    claim(work, job, keep_previous, "sft", holds_work=lambda w: any(w.glob("checkpoint-*")))
+    for orphan in work.glob(f"{STAGING}*"):
+        shutil.rmtree(orphan, ignore_errors=True)
     return work
 
 
@@ -306,6 +373,7 @@ def train_sft(
     model_cfg: ModelConfig,
     meta: Optional[dict] = None,
     report_to: str = "none",
+    keep_previous: int = 1,
 ) -> dict:
     """Fine-tune with TRL's SFTTrainer (assistant-only loss); resumable from ``<out_dir>.work/checkpoint-*``.
 
@@ -322,7 +390,8 @@ def train_sft(
     from .precision import resolve_compute_dtype
 
     out_dir = Path(out_dir)
-    work = prepare_work_dir(out_dir, base_model, data, cfg, model_cfg)
+    job = sft_job(base_model, data, cfg, model_cfg)
+    work = prepare_work_dir(out_dir, job, keep_previous)
     model, tok = load_model(base_model, model_cfg)
     if model_cfg.lora:
         from peft import LoraConfig, get_peft_model
@@ -345,11 +414,11 @@ def train_sft(
                 control.should_training_stop = True
                 control.should_save = True
 
-    trainer = labelled_positions_trainer(SFTTrainer)(model=model, args=args, train_dataset=ds, processing_class=tok,
+    trainer = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))(model=model, args=args, train_dataset=ds, processing_class=tok,
                                                      callbacks=[WallClock()])
-    resume = cfg.resume and any(work.glob("checkpoint-*"))
+    resume = last_complete_checkpoint(work) if cfg.resume else None
     t0 = time.time()
-    result = trainer.train(resume_from_checkpoint=True if resume else None)
+    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final = trainer.model.merge_and_unload() if model_cfg.lora else trainer.model
     for p in final.parameters():
@@ -363,11 +432,17 @@ def train_sft(
         "last_logged_loss": losses[-1] if losses else None,
         "seconds": time.time() - t0,
         "resumed": bool(resume),
+        "resumed_from": str(resume) if resume else None,
         "data_report": data.report,
         **(meta or {}),
     }
-    with atomic_dir(out_dir) as tmp:
+    from .io import disk_full_named
+    from .workdir import JOB_FILE, set_aside
+
+    set_aside(out_dir, job, keep_previous, "sft")
+    with disk_full_named(out_dir, "writing the model"), atomic_dir(out_dir) as tmp:
         final.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "talentrl_meta.json", info)
+        write_json(tmp / JOB_FILE, job)
     return info

@@ -87,6 +87,23 @@ def collect_strategies(cfg: TalentRLConfig) -> list[Optional[str]]:
     return wanted
 
 
+class CollectFailed(RuntimeError):
+    """Every episode of a collection errored: nothing was written (earlier trajectories stay in place)."""
+
+
+def write_collected(trajs: list[Trajectory], root: Path, run_id: str) -> list[str]:
+    """Write one collection run's trajectories with deterministic ids (reruns write identical content). A run whose
+    episodes all errored (a broken env, ``env.step_timeout_s`` too small) raises ``CollectFailed`` instead, so it
+    never replaces good trajectories of an earlier run."""
+    errors = [t.error for t in trajs if t.error]
+    if trajs and len(errors) == len(trajs):
+        raise CollectFailed(f"{run_id}: all {len(trajs)} episodes failed (first error: {errors[0]}); nothing written, "
+                            f"earlier trajectories under {root} left in place")
+    for i, t in enumerate(trajs):
+        t.traj_uid = _uid(run_id, t.task_id, i)
+    return [str(f) for f in write_trajectories(trajs, root, run_id)]
+
+
 def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tuple[list[Trajectory], dict]:
     """Every task once per strategy expert; one Parquet file per strategy."""
     c = cfg.collect
@@ -97,9 +114,7 @@ def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tu
         specs = [EpisodeSpec(task=t, group_uid=_uid(run_id, t.task_id), seed=c.seed + i) for i, t in enumerate(tasks)]
         part = run_episodes_parallel(family.make, specs, lambda i, s=strategy: ExpertPolicy(s),
                                      rollout_settings(cfg, run_id, c.split), c.workers, c.batch_size)
-        for i, t in enumerate(part):  # deterministic ids: reruns write identical content
-            t.traj_uid = _uid(run_id, t.task_id, i)
-        files += [str(f) for f in write_trajectories(part, paths.trajectories, run_id)]
+        files += write_collected(part, paths.trajectories, run_id)
         per_strategy[strategy or "expert"] = summarise(part)
         trajs += part
     return trajs, {"files": files, "strategies": per_strategy}
@@ -130,9 +145,7 @@ def collect(cfg: TalentRLConfig) -> dict:
     else:
         trajs = run_episodes_parallel(family.make, specs, lambda i: RandomPolicy(c.seed + i), settings, c.workers, c.batch_size)
     if not extra:
-        for i, t in enumerate(trajs):  # deterministic ids: reruns write identical content
-            t.traj_uid = _uid(run_id, t.task_id, i)
-        extra = {"files": [str(f) for f in write_trajectories(trajs, paths.trajectories, run_id)]}
+        extra = {"files": write_collected(trajs, paths.trajectories, run_id)}
     meta = {"run_id": run_id, **extra, "seconds": round(time.time() - t0, 1), **summarise(trajs)}
     if c.random_episodes > 0:  # failures to mine mistakes from (DESIGN.md §3)
         rid = f"collect-{family.name}-{c.split}-random"
@@ -140,9 +153,7 @@ def collect(cfg: TalentRLConfig) -> dict:
                   for i, sp in enumerate(_spread(specs, c.random_episodes, c.seed))]
         rtrajs = run_episodes_parallel(family.make, rspecs, lambda i: RandomPolicy(c.seed + 1000 + i),
                                        rollout_settings(cfg, rid, c.split), c.workers, c.batch_size)
-        for i, t in enumerate(rtrajs):
-            t.traj_uid = _uid(rid, t.task_id, i)
-        meta["random"] = {"files": [str(f) for f in write_trajectories(rtrajs, paths.trajectories, rid)], **summarise(rtrajs)}
+        meta["random"] = {"files": write_collected(rtrajs, paths.trajectories, rid), **summarise(rtrajs)}
     return meta
 
 
@@ -192,7 +203,7 @@ def sft(cfg: TalentRLConfig) -> dict:
     try:
         info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model,
                          meta={"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name},
-                         report_to="none")
+                         report_to="none", keep_previous=cfg.keep_previous_runs)
         if tracker is not None:
             tracker.log({"sft/train_loss": info["train_loss"], "sft/steps": info["steps"],
                          "sft/skill_context_share": data.report["skill_context_share"]}, step=info["steps"])

@@ -389,6 +389,13 @@ def test_kill_and_resume_equals_uninterrupted(env_cfg, family, tiny, bank_file, 
     assert all(torch.equal(wa[k], wb[k]) for k in wa)  # exact: every random draw is seeded from (seed, step)
     meta = json.loads((tmp_path / "B" / "talentrl_meta.json").read_text())
     assert meta["stage"] == "rl" and meta["library_version"] == 1 and len(meta["history"]) == 4
+    # another job in the same folders (rl.steps 4 -> 1) moves the earlier run aside, checkpoints and model alike
+    other = make_cfg(env_cfg, tmp_path, steps=1, tasks_per_step=1, group_size=4, checkpoint_every=1, keep_checkpoints=0)
+    rc = train_rl(other, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "A", progress=False)
+    assert rc["resumed_from"] is None and len(rc["reward_curve"]) == 1
+    work_prev, model_prev = list(tmp_path.glob("A.work.prev-*")), list(tmp_path.glob("A.prev-*"))
+    assert len(work_prev) == 1 and any(work_prev[0].glob("checkpoint-*"))
+    assert len(model_prev) == 1 and all(torch.equal(wa[k], v) for k, v in _weights(model_prev[0]).items())
 
 
 def test_two_process_run_ends_with_identical_weights(env_cfg, family, tiny, bank_file, tmp_path):

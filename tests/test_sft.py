@@ -66,11 +66,26 @@ def test_sft_few_steps_change_weights_and_lower_loss(world, tmp_path, shared_dat
     assert any((tmp_path / "sft.work").glob("checkpoint-*"))
     info2 = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
     assert info2["resumed"] is True
-    # a different job (here: another learning rate) never resumes the old job's checkpoints
+    # a checkpoint cut short by a kill (no trainer state) and a staging folder of an unfinished write: resume
+    # falls back to the newest complete checkpoint and tidies both
+    work = tmp_path / "sft.work"
+    (work / "checkpoint-12" / "trainer_state.json").unlink()
+    (work / ".staging-checkpoint-18").mkdir()
+    info2b = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
+    assert info2b["resumed_from"] == str(work / "checkpoint-6") and info2b["steps"] == 12
+    assert not (work / ".staging-checkpoint-18").exists()
+    assert (work / "checkpoint-12" / "trainer_state.json").exists()  # rewritten whole by the resumed run
+    # a different job (here: another learning rate) never resumes the old job's checkpoints, and never deletes
+    # them: the old folders are moved aside, the message names the setting that differs
     import dataclasses
 
     info3 = train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, lr=1e-3), SMALL)
     assert info3["resumed"] is False
+    moved = sorted(tmp_path.glob("sft.work.prev-*"))
+    assert len(moved) == 1 and (moved[0] / "checkpoint-12").exists()
+    kept = sorted(tmp_path.glob("sft.prev-*"))
+    assert len(kept) == 1 and (kept[0] / "model.safetensors").exists()
+    assert json.loads((kept[0] / "talentrl_job.json").read_text())["sft"]["lr"] == cfg.lr
 
 
 def test_long_sample_loses_its_prompt_start_never_its_label(tmp_path, shared_data):

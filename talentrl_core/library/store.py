@@ -48,6 +48,20 @@ log = logging.getLogger(__name__)
 
 TABLES = ("skills", "talents", "labels")
 MANIFEST = "versions"
+LOCK_FILE = ".commit.lock"
+
+
+def commit_lock(uri: str, timeout_s: float = 600.0):
+    """An inter-process lock on a local library's commits (a no-op context for object-store URIs, whose
+    LanceDB commits are atomic per table but not across our manifest)."""
+    import contextlib
+
+    if "://" in str(uri):
+        return contextlib.nullcontext()
+    from filelock import FileLock
+
+    Path(uri).mkdir(parents=True, exist_ok=True)
+    return FileLock(str(Path(uri) / LOCK_FILE), timeout=timeout_s)
 _QUERY_CACHE_SIZE = 20000
 
 
@@ -299,8 +313,13 @@ class Library:
 
         Writes start from the *latest* version, whatever this object is pinned to, and afterwards this object
         is pinned to the version it wrote. Missing vectors are embedded. A row keeps its old
-        ``library_version`` when its content did not change.
+        ``library_version`` when its content did not change. Commits to a local library hold a file lock
+        (``<uri>/.commit.lock``): two processes committing at once get consecutive versions.
         """
+        with commit_lock(self.uri):
+            return self._commit(env, skills, talents, labels, note=note)
+
+    def _commit(self, env, skills, talents, labels, *, note: str = "") -> int:
         latest = Library.open(self.uri, -1, cfg=self.cfg, embedder=self._embedder)
         enc = self.embedder
         skills = [replace(s) for s in skills]  # copies: versions and vectors are set below

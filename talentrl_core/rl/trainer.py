@@ -74,7 +74,7 @@ from tqdm.auto import tqdm
 
 from ..config import Backend, Decoding, TalentRLConfig
 from ..envs.base import Task
-from ..io import atomic_dir, read_json, write_json
+from ..io import atomic_dir, disk_full_named, read_json, write_json
 from ..prompts import format_talent, routing_messages
 from ..precision import autocast, resolve_compute_dtype
 from ..rollout import EpisodeSpec, Knowledge, LLMPolicy, RolloutSettings, run_episodes
@@ -611,12 +611,13 @@ class RLTrainer:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         self.acc.wait_for_everyone()
-        self.acc.save_state(str(tmp))
+        with disk_full_named(final, "writing the checkpoint"):
+            self.acc.save_state(str(tmp))
         self.acc.wait_for_everyone()
         if self.main:
-            stamp = self.work_dir / "talentrl_fingerprint.txt"
-            if not stamp.exists():
-                stamp.write_text(self.fingerprint())
+            from ..workdir import record_job
+
+            record_job(self.work_dir, self.job())
             write_json(tmp / STATE_FILE, {"step": step, "library_version": getattr(self.knowledge, "version", None),
                                           "history": self.history, "init_checkpoint": self.init_checkpoint,
                                           "world_size": self.world})
@@ -629,28 +630,34 @@ class RLTrainer:
         self.acc.wait_for_everyone()
         return final
 
-    def fingerprint(self) -> str:
-        """What a checkpoint must match to be resumed: the same job (config, initial weights, library)."""
+    def job(self) -> dict:
+        """What a checkpoint must match to be resumed: the same job (config, initial weights, library); computed
+        once (it hashes the initial weights)."""
+        if getattr(self, "_job", None) is None:
+            self._job = self._describe_job()
+        return self._job
+
+    def _describe_job(self) -> dict:
         init = Path(self.init_checkpoint)
         weights = sorted((p.name, p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest())
                          for p in init.glob("*.safetensors")) if init.is_dir() else [str(init)]
-        job = {"rl": dataclasses.asdict(self.rl), "env": dataclasses.asdict(self.cfg.env),
-               "model": dataclasses.asdict(self.cfg.model), "init": weights,
-               "library_version": self.initial_library_version}
-        return hashlib.sha1(json.dumps(job, sort_keys=True, default=str).encode()).hexdigest()
+        rl = {k: v for k, v in dataclasses.asdict(self.rl).items() if k not in ("resume", "checkpoint_every", "keep_checkpoints")}
+        return {"rl": rl, "env": dataclasses.asdict(self.cfg.env), "model": dataclasses.asdict(self.cfg.model),
+                "init": weights, "library_version": self.initial_library_version}
 
     def maybe_resume(self) -> int:
-        ckpts = self.checkpoints() if self.rl.resume else []
-        stamp = self.work_dir / "talentrl_fingerprint.txt"
-        if ckpts and (not stamp.exists() or stamp.read_text() != self.fingerprint()):
-            ckpts = []  # checkpoints of another job (changed config, weights or library): start afresh
-            if self.main:
-                for _, path in self.checkpoints():
-                    shutil.rmtree(path, ignore_errors=True)
+        """Resume from the newest checkpoint of this job; another job's folder is moved aside (``workdir.claim``)."""
         if self.main:
-            self.work_dir.mkdir(parents=True, exist_ok=True)
-            stamp.write_text(self.fingerprint())
+            from ..io import remove_orphans
+            from ..workdir import claim
+
+            claim(self.work_dir, self.job(), self.cfg.keep_previous_runs, "rl_flat_grpo" if self.rl.flat_baseline else "rl",
+                  holds_work=lambda w: bool(self.checkpoints()))
+            for orphan in self.work_dir.glob(".checkpoint-*.tmp"):
+                shutil.rmtree(orphan, ignore_errors=True)
+            remove_orphans(self.out_dir)
         self.acc.wait_for_everyone()
+        ckpts = self.checkpoints() if self.rl.resume else []
         if not ckpts:
             return 0
         step, path = ckpts[-1]
@@ -681,10 +688,15 @@ class RLTrainer:
             for p in model.parameters():
                 if not torch.isfinite(p).all():
                     raise FloatingPointError("RL produced non-finite weights; lower rl.lr")
-            with atomic_dir(self.out_dir) as tmp:
+            from ..workdir import JOB_FILE, set_aside
+
+            job = self.job()
+            set_aside(self.out_dir, job, self.cfg.keep_previous_runs, "rl_flat_grpo" if self.rl.flat_baseline else "rl")
+            with disk_full_named(self.out_dir, "writing the model"), atomic_dir(self.out_dir) as tmp:
                 model.save_pretrained(tmp)
                 self.tok.save_pretrained(tmp)
                 write_json(tmp / META_FILE, meta)
+                write_json(tmp / JOB_FILE, job)
         self.acc.wait_for_everyone()
 
     # -- the run ----------------------------------------------------------------------------------------------

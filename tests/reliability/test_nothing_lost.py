@@ -1,0 +1,152 @@
+"""Nothing lost: earlier runs are moved aside (never silently deleted), half-written folders are repaired or
+removed, an all-error collection writes nothing, a full disk says so, concurrent library commits get consecutive
+versions. (SFT and RL resume: tests/test_sft.py, tests/test_rl_trainer.py.)"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import os
+
+import pytest
+
+from talentrl_core.config import LibraryConfig
+from talentrl_core.io import disk_full_named, remove_orphans
+from talentrl_core.stages import CollectFailed, write_collected
+from talentrl_core.trajectories import Step, Trajectory, read_trajectories
+from talentrl_core.workdir import JOB_FILE, claim
+
+
+def _job(lr=1.0, steps=2):
+    return {"sft": {"lr": lr, "steps": steps}, "data": {"sha1": "ab"}}
+
+
+def test_same_job_keeps_its_folder_for_resume(tmp_path):
+    work = tmp_path / "sft.work"
+    claim(work, _job(), 1, "sft")
+    (work / "checkpoint-2").mkdir()
+    assert claim(work, _job(), 1, "sft") is None
+    assert (work / "checkpoint-2").exists()
+
+
+def test_other_job_is_moved_aside_naming_what_differs(tmp_path):
+    work, said = tmp_path / "sft.work", []
+    claim(work, _job(), 2, "sft")
+    (work / "checkpoint-2").mkdir()
+    moved = claim(work, _job(steps=3), 2, "sft", log=said.append)
+    assert moved is not None and (moved / "checkpoint-2").exists() and moved.name.startswith("sft.work.prev-")
+    assert len(said) == 1 and "sft.steps: 2 → 3" in said[0] and str(moved) in said[0]
+    assert json.loads((work / JOB_FILE).read_text())["sft"]["steps"] == 3 and not (work / "checkpoint-2").exists()
+
+
+def test_moved_aside_copies_are_bounded_and_zero_deletes_saying_so(tmp_path):
+    work, said = tmp_path / "rl.work", []
+    for steps in range(1, 5):
+        claim(work, _job(steps=steps), 2, "rl", log=said.append)
+        (work / "checkpoint-1").mkdir()
+    assert len(list(tmp_path.glob("rl.work.prev-*"))) == 2 and len(said) == 3
+    claim(work, _job(steps=9), 0, "rl", log=said.append)
+    assert "deleted (keep_previous_runs=0)" in said[-1] and len(list(tmp_path.glob("rl.work.prev-*"))) == 2
+
+
+def test_unrecorded_folder_is_moved_not_deleted(tmp_path):
+    work, said = tmp_path / "sft.work", []
+    (work / "checkpoint-5").mkdir(parents=True)  # left by an older version (no job file)
+    moved = claim(work, _job(), 1, "sft", log=said.append)
+    assert (moved / "checkpoint-5").exists() and "settings not recorded" in said[0]
+
+
+def test_empty_folder_of_another_job_is_just_reused(tmp_path):
+    work = tmp_path / "sft.work"
+    claim(work, _job(), 1, "sft", holds_work=lambda w: any(w.glob("checkpoint-*")))
+    assert claim(work, _job(lr=2.0), 1, "sft", holds_work=lambda w: any(w.glob("checkpoint-*"))) is None
+    assert not list(tmp_path.glob("*.prev-*"))
+
+
+def test_kill_between_the_two_renames_of_an_atomic_dir_is_repaired(tmp_path):
+    out = tmp_path / "rl"
+    old = tmp_path / ".rl.old"
+    old.mkdir()
+    (old / "model.safetensors").write_text("the only copy")
+    (tmp_path / ".rl.x1y2.tmp").mkdir()  # the staging copy of the write that was killed
+    remove_orphans(out)
+    assert (out / "model.safetensors").read_text() == "the only copy"
+    assert not old.exists() and not (tmp_path / ".rl.x1y2.tmp").exists()
+
+
+def test_full_disk_is_named_as_a_full_disk(tmp_path):
+    with pytest.raises(OSError, match=r"disk full while writing the checkpoint .*checkpoint-3 \(\d+ MiB free"):
+        with disk_full_named(tmp_path / "sft.work" / "checkpoint-3", "writing the checkpoint"):
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . PytorchStreamWriter failed writing file")
+    with pytest.raises(ValueError, match="unrelated"):  # other errors pass through untouched
+        with disk_full_named(tmp_path):
+            raise ValueError("unrelated")
+
+
+def _traj(i: int, error: str | None = None) -> Trajectory:
+    t = Trajectory(run_id="r", env="textworld", split="train", task_id=f"t{i}", task_type="tw", task_json="{}",
+                   policy="expert", error=error)
+    t.steps.append(Step(prompt="", completion="", action="go east", observation="", reward=1.0, valid=True))
+    return t
+
+
+def test_collection_whose_episodes_all_failed_writes_nothing(tmp_path):
+    root = tmp_path / "trajectories"
+    write_collected([_traj(0), _traj(1)], root, "collect-textworld-train-expert")
+    before = {p: p.read_bytes() for p in root.rglob("*.parquet")}
+    with pytest.raises(CollectFailed, match=r"all 2 episodes failed \(first error: step: TimeoutError"):
+        write_collected([_traj(0, "step: TimeoutError"), _traj(1, "step: TimeoutError")], root,
+                        "collect-textworld-train-expert")
+    assert {p: p.read_bytes() for p in root.rglob("*.parquet")} == before
+    assert len(read_trajectories(root, env="textworld")) == 2
+    write_collected([_traj(0, "reset: boom"), _traj(1)], root, "collect-textworld-train-expert")  # some failed: kept
+
+
+def _commit(uri: str, n: int, out) -> None:
+    from talentrl_core.library import Library, SkillRecord, TalentRecord
+    from talentrl_core.library.embed import HashingEmbedder
+
+    cfg = LibraryConfig(uri=uri, embedder="hashing")
+    lib = Library.open(uri, cfg=cfg, embedder=HashingEmbedder())
+    versions = []
+    for k in range(n):
+        sid = f"s-{os.getpid()}-{k}"
+        s = SkillRecord(sid, "alfworld", "general", ["heat"], f"Title {sid}", "heat it", "when heating")
+        t = TalentRecord(f"t-{os.getpid()}", "alfworld", "Name", "Locate.", "tasks", [sid], [1.0])
+        versions.append(lib.commit("alfworld", [s], [t], []))
+    out.put(versions)
+
+
+def test_two_concurrent_committers_get_consecutive_versions(tmp_path):
+    uri = str(tmp_path / "lib" / "db")
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_commit, args=(uri, 3, out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [out.get(timeout=300) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert sorted(v for vs in got for v in vs) == [1, 2, 3, 4, 5, 6]
+    from talentrl_core.library import Library
+    from talentrl_core.library.embed import HashingEmbedder
+
+    lib = Library.open(uri, cfg=LibraryConfig(uri=uri, embedder="hashing"), embedder=HashingEmbedder())
+    assert [r["library_version"] for r in lib.versions()] == [1, 2, 3, 4, 5, 6]
+
+
+def test_missing_and_corrupt_models_are_named(tmp_path, shared_data):
+    from talentrl_core.config import ModelConfig
+    from talentrl_core.models import build_tiny, load_model
+
+    with pytest.raises(FileNotFoundError, match=r"artifacts/models/sft: does not exist \(`python -m pipeline.run sft"):
+        load_model(tmp_path / "artifacts" / "models" / "sft")
+    small = ModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                        intermediate_size=64, vocab_size=600, max_position_embeddings=256)
+    path = build_tiny(small, tmp_path / "sft", shared_data)
+    (path / "model.safetensors").write_bytes(b"\x00" * 64)
+    with pytest.raises(ValueError, match=r"sft/model.safetensors: the model in .* cannot be loaded"):
+        load_model(path)
+    with pytest.raises(FileNotFoundError, match=r"data_dir=.*nowhere holds no benchmark data"):
+        build_tiny(small, tmp_path / "other", tmp_path / "nowhere")

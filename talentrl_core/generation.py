@@ -333,10 +333,32 @@ class OpenAIGenerator:
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 120.0):
         import httpx
 
+        from .endpoints import warn_plain_http_key
+
         self.model = model
+        self.base_url = base_url.rstrip("/")
         key = os.environ.get(api_key_env, "")
+        warn_plain_http_key(self.base_url, bool(key), "model.openai_base_url")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        self.client = httpx.Client(base_url=base_url.rstrip("/"), headers=headers, timeout=timeout_s)
+        self.client = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s)
+
+    def _post(self, body: dict) -> dict:
+        """One chat completion; any transport, HTTP or body error names the endpoint."""
+        import httpx
+
+        url = f"{self.base_url}/chat/completions"
+        try:
+            r = self.client.post("/chat/completions", json=body)
+            r.raise_for_status()
+            d = r.json()
+            d["choices"][0]["message"]
+            return d
+        except httpx.HTTPStatusError as e:
+            raise RuntimeError(f"{url} answered HTTP {e.response.status_code}: {e.response.text[:200]}") from None
+        except httpx.HTTPError as e:
+            raise RuntimeError(f"{url}: {type(e).__name__}: {e} (is the server running?)") from None
+        except (ValueError, KeyError, IndexError, TypeError) as e:
+            raise RuntimeError(f"{url} did not answer a chat completion ({type(e).__name__}: {str(e)[:100]})") from None
 
     def generate_chat(self, conversations: Sequence[list[dict]], max_new_tokens: int, temperature: float, seeds: Sequence[Optional[int]] = ()) -> list[GenResult]:
         out = []
@@ -344,9 +366,7 @@ class OpenAIGenerator:
             body = {"model": self.model, "messages": msgs, "max_tokens": max_new_tokens, "temperature": temperature}
             if i < len(seeds) and seeds[i] is not None:
                 body["seed"] = int(seeds[i])
-            r = self.client.post("/chat/completions", json=body)
-            r.raise_for_status()
-            d = r.json()
+            d = self._post(body)
             usage = d.get("usage", {})
             out.append(GenResult(text=d["choices"][0]["message"]["content"] or "", token_ids=[], prompt_tokens=int(usage.get("prompt_tokens", 0))))
         return out

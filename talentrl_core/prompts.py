@@ -13,13 +13,35 @@ Skill and talent text is *data*: ``escape_data`` neutralises tags inside it so a
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-_ACTION_RE = re.compile(r"<action>(.*?)</action>", re.S)
-_TALENT_RE = re.compile(r"<talent>(.*?)</talent>", re.S)
-_QA_RE = re.compile(r"<(search|answer)>(.*?)</\1>", re.S)
+def _last_tag(text: str, tag: str) -> Optional[str]:
+    """The body of the last complete ``<tag>…</tag>`` in linear time (a regex over a flood of unclosed tags is
+    quadratic: seconds for a 64 kB completion). None when there is none.
+
+    >>> _last_tag("<a>1</a> <a>2</a><a>3", "a")
+    '2'
+    """
+    open_, close = f"<{tag}>", f"</{tag}>"
+    end = text.rfind(close)
+    start = text.rfind(open_, 0, end) if end >= 0 else -1
+    if start < 0:
+        return None
+    end = text.find(close, start + len(open_))  # the first close after that open (non-greedy, as a regex would)
+    return text[start + len(open_): end]
+
+
+def _first_tag(text: str, tags: Sequence[str]) -> Optional[tuple[str, str]]:
+    """(tag, body) of the earliest complete ``<tag>…</tag>`` among ``tags``, in linear time."""
+    best: Optional[tuple[int, str, str]] = None
+    for tag in tags:
+        start = text.find(f"<{tag}>")
+        end = text.find(f"</{tag}>", start + len(tag) + 2) if start >= 0 else -1
+        if end >= 0 and (best is None or start < best[0]):
+            best = (start, tag, text[start + len(tag) + 2: end])
+    return (best[1], best[2]) if best else None
+
 
 
 def escape_data(text: str) -> str:
@@ -39,10 +61,10 @@ def parse_action(completion: str) -> Optional[str]:
     >>> parse_action("go to desk 1") is None
     True
     """
-    found = _ACTION_RE.findall(completion)
-    if not found:
+    found = _last_tag(completion, "action")
+    if found is None:
         return None
-    act = " ".join(found[-1].split())
+    act = " ".join(found.split())
     return act or None
 
 
@@ -52,8 +74,8 @@ def parse_talent(completion: str) -> Optional[str]:
     >>> parse_talent("<talent>T2</talent>")
     'T2'
     """
-    found = _TALENT_RE.findall(completion)
-    return (found[-1].strip() or None) if found else None
+    found = _last_tag(completion, "talent")
+    return (found.strip() or None) if found is not None else None
 
 
 def parse_qa(completion: str) -> Optional[str]:
@@ -63,10 +85,10 @@ def parse_qa(completion: str) -> Optional[str]:
     >>> parse_qa("<think>who?</think><search> capital of France </search>")
     '<search>capital of France</search>'
     """
-    m = _QA_RE.search(completion)
+    m = _first_tag(completion, ("search", "answer"))
     if not m:
         return None
-    kind, body = m.group(1), " ".join(m.group(2).split())
+    kind, body = m[0], " ".join(m[1].split())
     return f"<{kind}>{body}</{kind}>" if body else None
 
 

@@ -213,3 +213,16 @@ def test_local_generator_callable(tmp_path):
     assert meta["distiller"] == "teacher" and meta["teacher"]["model"] == "local:test"
     assert meta["n_talents"] == 1 and meta["label_coverage"] == 1.0
     assert len(calls) == 4
+
+
+def test_a_teacher_with_no_usable_answer_commits_nothing(tmp_path):
+    """Unusable JSON on every prompt: no empty library version becomes the latest; the error says so."""
+    def garbage(messages):
+        return "I cannot help with that {"
+
+    garbage.model_id = "local:garbage"
+    cfg = LibraryConfig(uri=str(tmp_path / "db"), embedder="hashing")
+    trajs = alfworld_trajectories(n_success=2, n_failure=1)
+    with pytest.raises(ValueError, match=r"teacher distiller produced no skills and no talents .* stays at version 0"):
+        distill_library(trajs, cfg, "alfworld", embedder=HashingEmbedder(), generator=garbage)
+    assert Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder()).latest_version == 0

@@ -383,10 +383,12 @@ def parse_retrieve_response(body: Any, n_queries: int, where: str = "response") 
         raise RetrievalServerError(f"{where}: expected 'result' with {n_queries} lists, got {str(body)[:300]}")
     out = []
     for docs in result:
+        if not isinstance(docs, list):
+            raise RetrievalServerError(f"{where}: expected a list of documents per query, got {str(docs)[:200]}")
         row = []
         for item in docs:
-            doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
             try:
+                doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
                 row.append(Passage(str(doc["id"]), doc["contents"], float(score)))
             except (KeyError, TypeError, ValueError) as e:
                 raise RetrievalServerError(f"{where}: malformed document {str(item)[:200]}") from e

@@ -53,6 +53,10 @@ def distill_library(
         res.report.update(sreport)
         res.report["oracle"] = {l.task_type: l.talent_id for l in labels if l.kind == "oracle"}
     lib = Library.open(cfg.uri, -1, cfg=cfg, embedder=enc)
+    if not res.skills and not res.talents:  # an empty version would become the latest and every stage would use it
+        where = f" (teacher {cfg.teacher_base_url}: {res.report.get('teacher', {})})" if res.report.get("distiller") == "teacher" else ""
+        raise ValueError(f"the {res.report.get('distiller', cfg.distiller)} distiller produced no skills and no talents "
+                         f"for env {env}{where}: nothing committed; {cfg.uri} stays at version {lib.latest_version}")
     version = lib.commit(env, res.skills, res.talents, res.labels, note=f"distill:{res.report['distiller']}:{env}")
     meta = {"env": env, "uri": str(cfg.uri), "version": version, "embedder": enc.name, **res.report}
     log.info("distilled %s: version %d, skills %s, %d talents, label coverage %.2f",

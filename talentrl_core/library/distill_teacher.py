@@ -82,6 +82,8 @@ def extract_json(text: str) -> dict:
         obj = json.loads(t[i : j + 1])
     except json.JSONDecodeError as e:
         raise ValueError(f"malformed JSON: {e}") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be a skill or talent list") from None
     if not isinstance(obj, dict):
         raise ValueError("the answer is not a JSON object")
     return obj

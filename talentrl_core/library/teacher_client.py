@@ -24,6 +24,7 @@ from typing import Callable, Optional, TypeVar
 import httpx
 from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_exponential
 
+from ..endpoints import warn_plain_http_key
 from ..io import atomic_path
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class OpenAIChat:
         if not base_url or not model:
             raise ValueError("OpenAIChat needs a base_url and a model name (library.teacher_base_url / teacher_model)")
         self.base_url = base_url.rstrip("/")
+        warn_plain_http_key(self.base_url, bool(os.environ.get(api_key_env, "")), "library.teacher_base_url")
         self.model = model
         self.model_id = f"openai:{model}"
         self.api_key_env = api_key_env

@@ -197,6 +197,9 @@ class ModelConfig:
             raise ValueError(f"model.dtype={self.dtype!r}: choose float32, bfloat16 or float16")
         if self.compute_dtype not in ("auto", "float32", "bfloat16"):
             raise ValueError(f"model.compute_dtype={self.compute_dtype!r}: choose auto, float32 or bfloat16")
+        if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
+            raise ValueError(f"model.device={self.device!r}: choose auto, cpu, cuda, cuda:<index> or mps")
+        check_ranges("model", self, temperature=_NON_NEGATIVE, max_new_tokens=_AT_LEAST_1)
         if self.kind == ModelKind.tiny:  # the byte-level BPE needs its 256 bytes and the special tokens
             check_ranges("model", self, vocab_size=(">= 512 for the tiny model's byte-level tokenizer", lambda v: v >= 512),
                          max_position_embeddings=(">= 256: shorter contexts cut every prompt", lambda v: v >= 256))
@@ -340,7 +343,8 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         check_ranges("sft", self, max_steps=_AT_LEAST_1, lr=_POSITIVE, batch_size=_AT_LEAST_1, warmup_steps=_NON_NEGATIVE,
-                     save_steps=_AT_LEAST_1, max_minutes=_NON_NEGATIVE)
+                     save_steps=_AT_LEAST_1, max_minutes=_NON_NEGATIVE, weight_decay=_NON_NEGATIVE, grad_accum=_AT_LEAST_1,
+                     max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
             raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="
                              f"{self.micro_batch_size}: set sft.micro_batch_size to a divisor of it")
@@ -422,7 +426,12 @@ class RLConfig:
             raise ValueError("rl.tasks_per_step, rl.micro_batch_size and rl.rollout_batch_size must be >= 1")
         if self.ppo_epochs < 1:
             raise ValueError(f"rl.ppo_epochs={self.ppo_epochs}: make it >= 1")
-        check_ranges("rl", self, steps=_AT_LEAST_1, lr=_POSITIVE)
+        check_ranges("rl", self, steps=_AT_LEAST_1, lr=_POSITIVE, clip_eps=_POSITIVE, beta_kl=_NON_NEGATIVE,
+                     max_grad_norm=_POSITIVE, weight_decay=_NON_NEGATIVE, warmup_steps=_NON_NEGATIVE,
+                     alpha_route=_NON_NEGATIVE, keep_checkpoints=_NON_NEGATIVE, checkpoint_every=_AT_LEAST_1)
+        if self.n_arms < 2 and not self.flat_baseline:
+            raise ValueError(f"rl.n_arms={self.n_arms}: TalentRL contrasts rollouts under different talents, so it needs "
+                             "rl.n_arms >= 2 (one arm is the flat baseline: rl.flat_baseline=true)")
         if self.no_talent_arm and self.n_arms < 2 and not self.flat_baseline:
             raise ValueError("rl.no_talent_arm counts within rl.n_arms: set rl.n_arms >= 2 so one talent arm remains")
         if self.group_size < 2:

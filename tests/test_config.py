@@ -96,4 +96,4 @@ def test_out_of_range_values_are_refused_by_name(override, named):
 
 def test_a_group_of_one_per_arm_is_refused():
     with pytest.raises(ConfigError, match="group of one"):
-        load_config(["rl.group_size=1", "rl.n_arms=1"])
+        load_config(["rl.group_size=1", "rl.n_arms=1", "rl.flat_baseline=true"])

@@ -14,6 +14,7 @@ the version it wrote) or ``refresh()`` is called.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 from collections import Counter, OrderedDict
@@ -51,11 +52,25 @@ MANIFEST = "versions"
 LOCK_FILE = ".commit.lock"
 
 
+class LibraryReadError(ValueError):
+    """A library table that cannot be read (a damaged or half-copied LanceDB folder); the message names it."""
+
+
+@contextlib.contextmanager
+def _named_table_errors(uri: str, table: str):
+    try:
+        yield
+    except LibraryVersionError:
+        raise
+    except Exception as e:  # noqa: BLE001 - lance raises OSError, RuntimeError, ValueError... for damaged files
+        raise LibraryReadError(
+            f"{Path(uri) / (table + '.lance')}: library table {table!r} of {uri} cannot be read ({type(e).__name__}: "
+            f"{str(e)[:300]}); restore the folder (`dvc checkout artifacts/library`) or re-run the distill stage") from e
+
+
 def commit_lock(uri: str, timeout_s: float = 600.0):
     """An inter-process lock on a local library's commits (a no-op context for object-store URIs, whose
     LanceDB commits are atomic per table but not across our manifest)."""
-    import contextlib
-
     if "://" in str(uri):
         return contextlib.nullcontext()
     from filelock import FileLock
@@ -110,8 +125,9 @@ class Library:
         cfg = cfg or LibraryConfig()
         uri = str(uri if uri is not None else cfg.uri)
         version = cfg.version if version is None else int(version)
-        db = lancedb.connect(uri)
-        manifest = cls._manifest_rows(db)
+        with _named_table_errors(uri, MANIFEST):
+            db = lancedb.connect(uri)
+            manifest = cls._manifest_rows(db)
         row = None
         if version == -1:
             row = manifest[-1] if manifest else None
@@ -142,9 +158,10 @@ class Library:
         tables: dict[str, Optional[pa.Table]] = {n: None for n in TABLES}
         if row:
             for name in TABLES:
-                t = self._db.open_table(name)
-                t.checkout(int(row[f"{name}_table_version"]))
-                tables[name] = t.to_arrow()
+                with _named_table_errors(self.uri, name):
+                    t = self._db.open_table(name)
+                    t.checkout(int(row[f"{name}_table_version"]))
+                    tables[name] = t.to_arrow()
         self._skills = skills_from_arrow(tables["skills"])
         self._talents = talents_from_arrow(tables["talents"])
         self._labels = labels_from_arrow(tables["labels"])

@@ -150,3 +150,38 @@ def test_missing_and_corrupt_models_are_named(tmp_path, shared_data):
         load_model(path)
     with pytest.raises(FileNotFoundError, match=r"data_dir=.*nowhere holds no benchmark data"):
         build_tiny(small, tmp_path / "other", tmp_path / "nowhere")
+
+
+def _library_with_one_version(uri: str):
+    from talentrl_core.library import Library, SkillRecord, TalentRecord
+    from talentrl_core.library.embed import HashingEmbedder
+
+    cfg = LibraryConfig(uri=uri, embedder="hashing")
+    s = SkillRecord("s1", "alfworld", "general", ["heat"], "Title", "heat it", "when heating")
+    Library.open(uri, cfg=cfg, embedder=HashingEmbedder()).commit(
+        "alfworld", [s], [TalentRecord("t1", "alfworld", "Name", "Locate.", "tasks", ["s1"], [1.0])], [])
+    return cfg
+
+
+@pytest.mark.parametrize("damage", ["garbage_data", "no_versions", "manifest_data", "table_is_a_file"])
+def test_damaged_library_folders_name_the_table(tmp_path, damage):
+    import shutil
+
+    from talentrl_core.library import Library
+    from talentrl_core.library.embed import HashingEmbedder
+    from talentrl_core.library.store import LibraryReadError
+
+    uri = str(tmp_path / "db")
+    cfg = _library_with_one_version(uri)
+    table = "versions" if damage == "manifest_data" else "skills"
+    folder = tmp_path / "db" / f"{table}.lance"
+    if damage in ("garbage_data", "manifest_data"):
+        for f in (folder / "data").glob("*.lance"):
+            f.write_bytes(b"not a lance file" * 10)
+    elif damage == "no_versions":
+        shutil.rmtree(folder / "_versions")
+    else:
+        shutil.rmtree(folder)
+        folder.write_text("oops")
+    with pytest.raises(LibraryReadError, match=rf"{table}\.lance: library table '{table}' of .* cannot be read"):
+        Library.open(uri, cfg=cfg, embedder=HashingEmbedder())

@@ -251,7 +251,7 @@ def run_episodes(
     queue = list(enumerate(specs))[::-1]
     slots: list[_Slot] = []
     index_of: dict[int, int] = {}
-    bar = tqdm(total=len(specs), desc=f"episodes[{policy.name}]", disable=not progress, leave=False)
+    bar = tqdm(total=len(specs), desc=f"episodes[{policy.name}]", disable=not progress)
 
     def finish(slot: _Slot, error: Optional[str] = None):
         t = slot.traj

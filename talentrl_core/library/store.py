@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import shutil
 from collections import Counter, OrderedDict
 from dataclasses import replace
 from pathlib import Path
@@ -95,6 +96,15 @@ def _table_names(db) -> set[str]:
             return names
 
 
+def _uncommitted(uri: str, name: str) -> bool:
+    """True for a local table folder that holds no committed version: what a first commit killed while it created
+    the table leaves (data files, no ``_versions/*.manifest``). It holds nothing a reader could ever see."""
+    if "://" in str(uri):
+        return False
+    folder = Path(uri) / f"{name}.lance"
+    return folder.is_dir() and not any((folder / "_versions").glob("*.manifest"))
+
+
 class Library:
     """One pinned version of a skill/talent library. Reads are in memory; writes make a new version."""
 
@@ -127,7 +137,7 @@ class Library:
         version = cfg.version if version is None else int(version)
         with _named_table_errors(uri, MANIFEST):
             db = lancedb.connect(uri)
-            manifest = cls._manifest_rows(db)
+            manifest = [] if _uncommitted(uri, MANIFEST) else cls._manifest_rows(db)
         row = None
         if version == -1:
             row = manifest[-1] if manifest else None
@@ -374,6 +384,10 @@ class Library:
         }
         table_versions = {}
         existing = _table_names(self._db)
+        if latest.version == 0:  # a first commit killed mid-way may have left tables that were never committed
+            for name in [n for n in existing if _uncommitted(self.uri, n)]:
+                shutil.rmtree(Path(self.uri) / f"{name}.lance")
+                existing.discard(name)
         for name in TABLES:
             if name in existing:
                 t = self._db.open_table(name)

@@ -185,3 +185,20 @@ def test_damaged_library_folders_name_the_table(tmp_path, damage):
         folder.write_text("oops")
     with pytest.raises(LibraryReadError, match=rf"{table}\.lance: library table '{table}' of .* cannot be read"):
         Library.open(uri, cfg=cfg, embedder=HashingEmbedder())
+
+
+def test_first_commit_killed_while_creating_a_table_is_recovered(tmp_path):
+    """A kill during the first commit can leave `skills.lance` with data files and no committed version; the
+    next commit starts clean instead of failing with "Table 'skills' was not found"."""
+    import shutil
+
+    from talentrl_core.library import Library
+    from talentrl_core.library.embed import HashingEmbedder
+
+    _library_with_one_version(str(tmp_path / "done"))
+    half = tmp_path / "db" / "skills.lance"
+    shutil.copytree(tmp_path / "done" / "skills.lance" / "data", half / "data")
+    (half / "_transactions").mkdir()
+    cfg = LibraryConfig(uri=str(tmp_path / "db"), embedder="hashing")
+    assert Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder()).version == 0
+    assert _library_with_one_version(cfg.uri) and Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder()).version == 1

@@ -35,6 +35,8 @@ TINY = [
     "rl.steps=4", "rl.tasks_per_step=1", "rl.group_size=4", "rl.checkpoint_every=1", "rl.keep_checkpoints=0",
     "tracker.mode=disabled",
 ]
+TIMED_FROM_BAR = {"collect", "sft", "rl"}
+"Stages whose work starts with a progress bar; distill's only bar is its last second (embedding), so it is timed whole."
 # (stage, kill moment): "t=<share>" after that share of the reference stage's duration, "write" while a checkpoint
 # or output is being written (its staging folder exists)
 TRIALS = [(s, m) for s in STAGES for m in ("t=0.3", "t=0.5", "t=0.7", "t=0.9")] + \
@@ -73,7 +75,7 @@ def _run(stage: str, art: Path) -> tuple[float, float]:
     seen = _started(proc)
     assert proc.wait(timeout=900) == 0, f"{stage} failed"
     end = time.time()
-    work = seen["work"] or t0
+    work = seen["work"] if seen["work"] and stage in TIMED_FROM_BAR else t0
     return work - t0, end - work
 
 

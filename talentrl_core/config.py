@@ -428,7 +428,7 @@ class RLConfig:
             raise ValueError(f"rl.ppo_epochs={self.ppo_epochs}: make it >= 1")
         check_ranges("rl", self, steps=_AT_LEAST_1, lr=_POSITIVE, clip_eps=_POSITIVE, beta_kl=_NON_NEGATIVE,
                      max_grad_norm=_POSITIVE, weight_decay=_NON_NEGATIVE, warmup_steps=_NON_NEGATIVE,
-                     alpha_route=_NON_NEGATIVE, keep_checkpoints=_NON_NEGATIVE, checkpoint_every=_AT_LEAST_1)
+                     alpha_route=_NON_NEGATIVE, keep_checkpoints=_NON_NEGATIVE, checkpoint_every=_NON_NEGATIVE)
         if self.n_arms < 2 and not self.flat_baseline:
             raise ValueError(f"rl.n_arms={self.n_arms}: TalentRL contrasts rollouts under different talents, so it needs "
                              "rl.n_arms >= 2 (one arm is the flat baseline: rl.flat_baseline=true)")

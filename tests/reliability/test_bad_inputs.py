@@ -64,7 +64,7 @@ CASES = [
     ("rl.ppo_epochs=0", "rl.ppo_epochs=0"),
     ("rl.tasks_per_step=0", "rl.tasks_per_step"),
     ("rl.max_grad_norm=0", "rl.max_grad_norm=0"),
-    ("rl.checkpoint_every=0", "rl.checkpoint_every=0"),
+    ("rl.checkpoint_every=-1", "rl.checkpoint_every=-1"),
     ("rl.group_size=7", "rl.group_size"),
     ("rl.exec_group=team", "team"),
     ("keep_previous_runs=-1", "keep_previous_runs=-1: must be >= 0"),

@@ -365,6 +365,22 @@ def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length
     )
 
 
+def wall_clock(max_minutes: float):
+    """A Trainer callback that stops (and saves) after ``max_minutes`` of wall-clock time (0: never)."""
+    from transformers import TrainerCallback
+
+    class WallClock(TrainerCallback):
+        def __init__(self):
+            self.t0 = time.time()
+
+        def on_step_end(self, args_, state, control, **kw):
+            if max_minutes and time.time() - self.t0 > max_minutes * 60:
+                control.should_training_stop = True
+                control.should_save = True
+
+    return WallClock()
+
+
 def train_sft(
     data: SFTData,
     base_model: str,
@@ -382,7 +398,6 @@ def train_sft(
     """
     import torch
     from datasets import Dataset
-    from transformers import TrainerCallback
     from trl import SFTConfig as TRLSFTConfig  # noqa: N814
     from trl import SFTTrainer
 
@@ -405,17 +420,8 @@ def train_sft(
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
 
-    class WallClock(TrainerCallback):
-        def __init__(self):
-            self.t0 = time.time()
-
-        def on_step_end(self, args_, state, control, **kw):
-            if cfg.max_minutes and time.time() - self.t0 > cfg.max_minutes * 60:
-                control.should_training_stop = True
-                control.should_save = True
-
     trainer = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))(model=model, args=args, train_dataset=ds, processing_class=tok,
-                                                     callbacks=[WallClock()])
+                                                     callbacks=[wall_clock(cfg.max_minutes)])
     resume = last_complete_checkpoint(work) if cfg.resume else None
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)

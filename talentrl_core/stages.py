@@ -195,7 +195,7 @@ def sft(cfg: TalentRLConfig) -> dict:
 
     paths = ArtifactPaths.of(cfg)
     trajs = [t for t in train_trajectories(cfg) if t.policy == "expert"] or train_trajectories(cfg)
-    knowledge = open_knowledge(cfg.library)
+    knowledge = require_library(open_knowledge(cfg.library), cfg)
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
     data = build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars)
@@ -212,6 +212,15 @@ def sft(cfg: TalentRLConfig) -> dict:
         if tracker is not None:
             tracker.finish()
     return {"checkpoint": str(paths.sft_checkpoint), **info}
+
+
+def require_library(knowledge, cfg: TalentRLConfig):
+    """``knowledge`` when its library holds a version; else FileNotFoundError naming the library and the stage that
+    builds it (instead of an SFT data check failing on empty retrievals)."""
+    if getattr(knowledge, "version", 1) == 0:
+        raise FileNotFoundError(f"no skill library at {cfg.library.uri} (version 0): run the distill stage first "
+                                f"(`python -m pipeline.run distill ...` or `make demo`)")
+    return knowledge
 
 
 def pinned_library(cfg: TalentRLConfig, checkpoint: Path):
@@ -239,7 +248,7 @@ def rl(cfg: TalentRLConfig) -> dict:
     flat = cfg.rl.flat_baseline
     out = paths.flat_grpo_checkpoint if flat else paths.rl_checkpoint
     family = family_for(cfg)
-    knowledge = open_knowledge(pinned_library(cfg, paths.sft_checkpoint), flat=flat)
+    knowledge = require_library(open_knowledge(pinned_library(cfg, paths.sft_checkpoint), flat=flat), cfg)
     tracker = _tracker(cfg, "rl_flat_grpo" if flat else "rl")
     try:
         info = train_rl(cfg, family, knowledge, str(paths.sft_checkpoint), out, tracker=tracker)

@@ -202,3 +202,15 @@ def test_first_commit_killed_while_creating_a_table_is_recovered(tmp_path):
     cfg = LibraryConfig(uri=str(tmp_path / "db"), embedder="hashing")
     assert Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder()).version == 0
     assert _library_with_one_version(cfg.uri) and Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder()).version == 1
+
+
+def test_sft_and_rl_without_a_library_name_the_stage_that_builds_it(tmp_path):
+    from types import SimpleNamespace
+
+    from pipeline.config import load_config
+    from talentrl_core.stages import require_library
+
+    cfg = load_config([f"artifacts_dir={tmp_path}"])
+    with pytest.raises(FileNotFoundError, match=r"no skill library at .*lancedb \(version 0\): run the distill stage"):
+        require_library(SimpleNamespace(version=0), cfg)
+    assert require_library(SimpleNamespace(version=3), cfg).version == 3

@@ -20,7 +20,6 @@ from typing import Sequence
 def talent_matrix(cfg, checkpoint: str, n: int) -> tuple[list[dict], dict]:
     from talentrl_core.agent import load_policy
     from talentrl_core.knowledge import open_knowledge
-    from talentrl_core.paths import ArtifactPaths
     from talentrl_core.rollout import EpisodeSpec, run_episodes
     from talentrl_core.stages import family_for, pinned_library, rollout_settings
 
@@ -28,7 +27,7 @@ def talent_matrix(cfg, checkpoint: str, n: int) -> tuple[list[dict], dict]:
     tasks = family.tasks("eval", n or cfg.eval.n_per_panel, cfg.eval.seed)
     if hasattr(family, "prepare"):
         family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=False)
-    knowledge = open_knowledge(pinned_library(cfg, Path(checkpoint) if Path(checkpoint).exists() else ArtifactPaths.of(cfg).sft_checkpoint))
+    knowledge = open_knowledge(pinned_library(cfg, Path(checkpoint)))  # no recorded version (a Hub id): cfg's
     policy = load_policy(cfg, checkpoint, temperature=0.0, name="fixed_talent")[0]
     rows: list[dict] = []
     for talent in knowledge.menu(cfg.env.name):

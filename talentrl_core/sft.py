@@ -20,10 +20,11 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .config import ModelConfig, SFTConfig
-from .io import atomic_dir, write_json
+from .io import atomic_dir, disk_full_named, remove_orphans, write_json
 from .prompts import ExecContext, execution_messages, format_action, format_talent, routing_messages, shown_id
 from .rollout import Knowledge
 from .trajectories import Trajectory
+from .workdir import JOB_FILE, claim, say, set_aside
 
 
 @dataclass
@@ -222,8 +223,6 @@ def crash_safe_checkpoints(base):
 
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
 
-    from .io import disk_full_named
-
     class CrashSafeCheckpoints(base):
         def _save_checkpoint(self, model, trial):
             run_dir = Path(self.args.output_dir)
@@ -257,15 +256,9 @@ def last_complete_checkpoint(work: Path, log=None) -> Optional[Path]:
     for _, path in reversed(found):
         if (path / "trainer_state.json").exists() and any(path.glob("*.safetensors")):
             return path
-        (log or _stderr)(f"sft: {path} is incomplete (interrupted while it was written): removed; resuming from the one before")
+        (log or say)(f"sft: {path} is incomplete (interrupted while it was written): removed; resuming from the one before")
         shutil.rmtree(path, ignore_errors=True)
     return None
-
-
-def _stderr(msg: str) -> None:
-    import sys
-
-    print(msg, file=sys.stderr, flush=True)
 
 
 def labelled_positions_trainer(base):
@@ -324,9 +317,6 @@ def prepare_work_dir(out_dir: Path, job: dict, keep_previous: int = 1) -> Path:
     """``<out_dir>.work``, kept for resume when an interrupted run of *this* job left it; another job's folder is
     moved aside (``workdir.claim``); staging folders of a checkpoint write that never finished are removed."""
     import shutil
-
-    from .io import remove_orphans
-    from .workdir import claim
 
     remove_orphans(out_dir)
     work = out_dir.with_name(out_dir.name + ".work")
@@ -442,9 +432,6 @@ def train_sft(
         "data_report": data.report,
         **(meta or {}),
     }
-    from .io import disk_full_named
-    from .workdir import JOB_FILE, set_aside
-
     set_aside(out_dir, job, keep_previous, "sft")
     with disk_full_named(out_dir, "writing the model"), atomic_dir(out_dir) as tmp:
         final.save_pretrained(tmp)

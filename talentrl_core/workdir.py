@@ -84,19 +84,22 @@ def move_aside(folder: Path, keep: int) -> Optional[Path]:
     return dest
 
 
-def _say(msg: str) -> None:
+def say(msg: str) -> None:
+    """One line to stderr (stdout carries a stage's JSON)."""
     print(msg, file=sys.stderr, flush=True)
 
 
 def set_aside(folder: str | Path, job: dict, keep_previous: int, stage: str,
-              log: Callable[[str], None] = _say) -> Optional[Path]:
+              log: Callable[[str], None] = say) -> Optional[Path]:
     """Before ``job``'s result replaces ``folder``: when the folder holds another job's result (or one that recorded
     no job), move it aside (``move_aside``) with one line naming the settings that differ. The same job's result
     is left to be replaced. Returns where it went (None when nothing moved)."""
     folder = Path(folder)
     job = _normalise(job)
-    old = recorded_job(folder) if folder.exists() else job
-    if old == job or not any(folder.iterdir()):
+    if not folder.exists() or not any(folder.iterdir()):
+        return None
+    old = recorded_job(folder)
+    if old == job:
         return None
     diff = differing_keys(old, job)
     moved = move_aside(folder, keep_previous)
@@ -113,7 +116,7 @@ def record_job(folder: str | Path, job: dict) -> None:
 
 
 def claim(folder: str | Path, job: dict, keep_previous: int, stage: str,
-          log: Callable[[str], None] = _say, holds_work: Callable[[Path], bool] | None = None) -> Optional[Path]:
+          log: Callable[[str], None] = say, holds_work: Callable[[Path], bool] | None = None) -> Optional[Path]:
     """Make ``folder`` the working folder of ``job``: kept as it is when it holds a run of the same job (resume),
     moved aside (``set_aside``) when it holds another job's work, created when missing.
 

@@ -74,7 +74,8 @@ from tqdm.auto import tqdm
 
 from ..config import Backend, Decoding, TalentRLConfig
 from ..envs.base import Task
-from ..io import atomic_dir, disk_full_named, read_json, write_json
+from ..io import atomic_dir, disk_full_named, read_json, remove_orphans, write_json
+from ..workdir import JOB_FILE, claim, record_job, set_aside
 from ..prompts import format_talent, routing_messages
 from ..precision import autocast, resolve_compute_dtype
 from ..rollout import EpisodeSpec, Knowledge, LLMPolicy, RolloutSettings, run_episodes
@@ -615,8 +616,6 @@ class RLTrainer:
             self.acc.save_state(str(tmp))
         self.acc.wait_for_everyone()
         if self.main:
-            from ..workdir import record_job
-
             record_job(self.work_dir, self.job())
             write_json(tmp / STATE_FILE, {"step": step, "library_version": getattr(self.knowledge, "version", None),
                                           "history": self.history, "init_checkpoint": self.init_checkpoint,
@@ -648,9 +647,6 @@ class RLTrainer:
     def maybe_resume(self) -> int:
         """Resume from the newest checkpoint of this job; another job's folder is moved aside (``workdir.claim``)."""
         if self.main:
-            from ..io import remove_orphans
-            from ..workdir import claim
-
             claim(self.work_dir, self.job(), self.cfg.keep_previous_runs, "rl_flat_grpo" if self.rl.flat_baseline else "rl",
                   holds_work=lambda w: bool(self.checkpoints()))
             for orphan in self.work_dir.glob(".checkpoint-*.tmp"):
@@ -688,8 +684,6 @@ class RLTrainer:
             for p in model.parameters():
                 if not torch.isfinite(p).all():
                     raise FloatingPointError("RL produced non-finite weights; lower rl.lr")
-            from ..workdir import JOB_FILE, set_aside
-
             job = self.job()
             set_aside(self.out_dir, job, self.cfg.keep_previous_runs, "rl_flat_grpo" if self.rl.flat_baseline else "rl")
             with disk_full_named(self.out_dir, "writing the model"), atomic_dir(self.out_dir) as tmp:

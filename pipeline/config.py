@@ -128,6 +128,32 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
     return obj
 
 
+def config_from_values(values: dict, source: str) -> TalentRLConfig:
+    """A validated ``TalentRLConfig`` from plain values (a params.yaml), merged onto the schema's defaults; errors
+    name ``source`` and the key."""
+    try:
+        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TalentRLConfig), values))
+    except OmegaConfBaseException as e:
+        raise ConfigError(f"{source}: {_explain(e, [])}") from e
+    except ValueError as e:
+        raise ConfigError(f"{source}: {e}") from e
+    assert isinstance(obj, TalentRLConfig)
+    return obj
+
+
+def differences(a: TalentRLConfig, b: TalentRLConfig) -> dict[str, tuple]:
+    """``{dotted key: (a's value, b's value)}`` where two configs differ."""
+
+    def flat(d: dict, prefix: str = "") -> dict:
+        out = {}
+        for k, v in d.items():
+            out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) and v else {f"{prefix}{k}": v})
+        return out
+
+    fa, fb = flat(to_plain(a)), flat(to_plain(b))
+    return {k: (fa.get(k), fb.get(k)) for k in sorted(set(fa) | set(fb)) if fa.get(k) != fb.get(k)}
+
+
 def to_plain(obj) -> dict:
     """A JSON-able dict of a config dataclass (enums as their values), for logs and metadata."""
 

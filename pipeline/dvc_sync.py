@@ -1,7 +1,7 @@
 """Record a Dagster materialisation into dvc.lock, so ``dvc status`` is clean and ``dvc repro`` a no-op.
 
-Dagster and DVC run the same command (``python -m pipeline.run <stage> <overrides>``) on the same
-paths, but only DVC writes dvc.lock. After Dagster has materialised some assets:
+Dagster and DVC run the same stage code on the same paths (DVC through ``python -m pipeline.run <stage>
+--params params.yaml``), but only DVC writes dvc.lock. After Dagster has materialised some assets:
 
 1. params.yaml is rewritten for the overrides the run used (``pipeline.params``), so the lock's
    command and params are the ones that produced the outputs;
@@ -140,7 +140,7 @@ def to_dagster(instance=None, root: Path = ROOT) -> list[str]:
                 metadata={
                     "dvc_md5": out["md5"],
                     "command": entry["cmd"],
-                    "overrides": shlex.split(entry["cmd"])[4:],  # python -m pipeline.run <stage> <overrides>
+                    "overrides": shlex.split(str(entry.get("params", {}).get("params.yaml", {}).get("overrides", ""))),
                     "path": dg.MetadataValue.path(str(path)),
                     "recorded_by": "dvc repro (pipeline.dvc_sync --to-dagster)",
                 },

@@ -371,6 +371,19 @@ def wall_clock(max_minutes: float):
     return WallClock()
 
 
+def to_tracker(tracker):
+    """A Trainer callback that sends each logged step (loss, learning rate, grad norm, token accuracy, ...) to
+    ``tracker`` as ``sft/<name>`` at the optimizer step (no-op without a tracker)."""
+    from transformers import TrainerCallback
+
+    class ToTracker(TrainerCallback):
+        def on_log(self, args_, state, control, logs=None, **kw):
+            if tracker is not None and logs:
+                tracker.log({f"sft/{k}": v for k, v in logs.items() if isinstance(v, (int, float))}, step=state.global_step)
+
+    return ToTracker()
+
+
 def train_sft(
     data: SFTData,
     base_model: str,
@@ -380,11 +393,13 @@ def train_sft(
     meta: Optional[dict] = None,
     report_to: str = "none",
     keep_previous: int = 1,
+    tracker=None,
 ) -> dict:
     """Fine-tune with TRL's SFTTrainer (assistant-only loss); resumable from ``<out_dir>.work/checkpoint-*``.
 
     The finished model is swapped into ``out_dir`` atomically with ``talentrl_meta.json`` (config, library
-    version, data report, losses).
+    version, data report, losses). ``tracker`` (``tracking.start_run``) receives every logged step's loss, learning
+    rate, grad norm and token accuracy as ``sft/*``.
     """
     import torch
     from datasets import Dataset
@@ -411,7 +426,7 @@ def train_sft(
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
 
     trainer = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))(model=model, args=args, train_dataset=ds, processing_class=tok,
-                                                     callbacks=[wall_clock(cfg.max_minutes)])
+                                                     callbacks=[wall_clock(cfg.max_minutes), to_tracker(tracker)])
     resume = last_complete_checkpoint(work) if cfg.resume else None
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)

@@ -8,6 +8,7 @@ versions, metrics) for the caller to log or attach to the asset.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -180,11 +181,11 @@ def distill(cfg: TalentRLConfig) -> dict:
 
 
 def _tracker(cfg: TalentRLConfig, stage: str):
-    try:
-        from .tracking import start_run
-    except ImportError:  # tracking not available: a null tracker
-        return None
-    return start_run(cfg, stage)
+    """The stage's tracker (a context manager: a stage that raises marks its run failed). Only the main process of a
+    multi-process launch (``RANK`` 0) tracks."""
+    from .tracking import NullTracker, start_run
+
+    return start_run(cfg, stage) if int(os.environ.get("RANK", "0")) == 0 else NullTracker()
 
 
 def sft(cfg: TalentRLConfig) -> dict:
@@ -199,18 +200,13 @@ def sft(cfg: TalentRLConfig) -> dict:
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
     data = build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars)
-    tracker = _tracker(cfg, "sft")
-    try:
+    with _tracker(cfg, "sft") as tracker:
         info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model,
                          meta={"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name},
-                         report_to="none", keep_previous=cfg.keep_previous_runs)
-        if tracker is not None:
-            tracker.log({"sft/train_loss": info["train_loss"], "sft/steps": info["steps"],
-                         "sft/skill_context_share": data.report["skill_context_share"]}, step=info["steps"])
-            info.update({"wandb_run_id": tracker.run_id, "wandb_url": tracker.url})
-    finally:
-        if tracker is not None:
-            tracker.finish()
+                         keep_previous=cfg.keep_previous_runs, tracker=tracker)
+        tracker.summary({"sft/train_loss": info["train_loss"], "sft/steps": info["steps"],
+                         "sft/skill_context_share": data.report["skill_context_share"]})
+        info.update(tracker.metadata())
     return {"checkpoint": str(paths.sft_checkpoint), **info}
 
 
@@ -249,14 +245,9 @@ def rl(cfg: TalentRLConfig) -> dict:
     out = paths.flat_grpo_checkpoint if flat else paths.rl_checkpoint
     family = family_for(cfg)
     knowledge = require_library(open_knowledge(pinned_library(cfg, paths.sft_checkpoint), flat=flat), cfg)
-    tracker = _tracker(cfg, "rl_flat_grpo" if flat else "rl")
-    try:
+    with _tracker(cfg, "rl_flat_grpo" if flat else "rl") as tracker:
         info = train_rl(cfg, family, knowledge, str(paths.sft_checkpoint), out, tracker=tracker)
-        if tracker is not None:
-            info.update({"wandb_run_id": tracker.run_id, "wandb_url": tracker.url})
-    finally:
-        if tracker is not None:
-            tracker.finish()
+        info.update(tracker.metadata())
     return {"checkpoint": str(out), **info}
 
 
@@ -275,10 +266,26 @@ def evaluate(cfg: TalentRLConfig) -> dict:
     from .evaluation.runner import evaluate_all
     from .knowledge import open_knowledge
 
-    out = evaluate_all(cfg, lambda flat, checkpoint: open_knowledge(pinned_library(cfg, checkpoint), flat=flat))
+    with _tracker(cfg, "evaluate") as tracker:
+        out = evaluate_all(cfg, lambda flat, checkpoint: open_knowledge(pinned_library(cfg, checkpoint), flat=flat))
+        log_evaluation(tracker, out["metrics"], out["files"])
     table = {s: {p: round(b["success"], 3) for p, b in panels.items()} for s, panels in out["metrics"]["systems"].items()}
     return {"report": out["files"].get("report.md"), "metrics_file": out["files"].get("metrics.json"),
             "success": table, "skipped": out["skipped"]}
+
+
+def log_evaluation(tracker, metrics: dict, files: dict) -> None:
+    """Evaluation to the tracker: success per system and panel (scalars and a table with intervals), the paired
+    tests, and the report's plots as images."""
+    rows = [[s, p, b["success"], b["ci95"][0], b["ci95"][1], b["n"]] for s, panels in metrics["systems"].items()
+            for p, b in panels.items()]
+    tracker.summary({f"eval/{s}/{p}/success": v for s, p, v, *_ in rows})
+    tracker.log_table("eval/success", ["system", "panel", "success", "ci_low", "ci_high", "n"], rows)
+    paired = [[p, pair, c["a_only"], c["b_only"], c["p_mcnemar"]] for p, comps in (metrics.get("paired") or {}).items()
+              for pair, c in comps.items()]
+    if paired:
+        tracker.log_table("eval/paired", ["panel", "pair", "a_only", "b_only", "p_mcnemar"], paired)
+    tracker.log_images({f"eval/{Path(f).stem}": f for f in files.values() if str(f).endswith(".png")})
 
 
 STAGES: dict[str, Callable[[TalentRLConfig], dict]] = {

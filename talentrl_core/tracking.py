@@ -7,7 +7,7 @@
         tracker.finish()
 
 or ``with start_run(cfg, "sft") as tracker: ...`` (finishes on exit, marking the run failed on an
-exception). ``cfg.tracker.mode``: ``offline`` (default; files under ``<artifacts_dir>/wandb``, sync
+exception: the pipeline's stages do this, so a crashed stage's run ends with a non-zero exit code). ``cfg.tracker.mode``: ``offline`` (default; files under ``<artifacts_dir>/wandb``, sync
 later with ``wandb sync``), ``online`` (needs network and a login), ``disabled`` (``NullTracker``: same
 methods, does nothing). ``WANDB_MODE=disabled`` in the environment also gives the null tracker.
 
@@ -60,6 +60,12 @@ class NullTracker:
     def summary(self, values: Mapping[str, Any]) -> None:
         pass
 
+    def log_table(self, name: str, columns: list[str], rows: list[list]) -> None:
+        pass
+
+    def log_images(self, images: Mapping[str, str]) -> None:
+        pass
+
     def finish(self, exit_code: int = 0) -> None:
         pass
 
@@ -89,6 +95,17 @@ class WandbTracker(NullTracker):
 
     def summary(self, values: Mapping[str, Any]) -> None:
         self._run.summary.update(dict(values))
+
+    def log_table(self, name: str, columns: list[str], rows: list[list]) -> None:
+        import wandb
+
+        self._run.log({name: wandb.Table(columns=columns, data=rows)})
+
+    def log_images(self, images: Mapping[str, str]) -> None:
+        """``{key: png path}`` as wandb images (the report's plots)."""
+        import wandb
+
+        self._run.log({k: wandb.Image(str(p)) for k, p in images.items()})
 
     def finish(self, exit_code: int = 0) -> None:
         if not self._finished:  # idempotent: safe in nested finally blocks

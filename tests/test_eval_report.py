@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import pytest
 
@@ -173,7 +174,8 @@ def test_paired_comparison_counts_discordant_tasks_on_common_tasks():
 
 def test_rl_training_history_goes_into_metrics_and_report(tmp_path):
     from talentrl_core.evaluation.report import render_markdown
-    from talentrl_core.evaluation.runner import rl_training
+    from talentrl_core.evaluation.report import training_summary
+    from talentrl_core.evaluation.runner import rl_histories
     from talentrl_core.io import write_json
     from talentrl_core.paths import ArtifactPaths
 
@@ -183,7 +185,8 @@ def test_rl_training_history_goes_into_metrics_and_report(tmp_path):
             for r, c, e in [(0.1, 0.0, 0.69), (0.2, 0.0, 0.68), (0.3, 0.4, 0.6), (0.4, 0.0, 0.5)]]
     write_json(paths.rl_checkpoint / "talentrl_meta.json", {"history": hist})
     write_json(paths.flat_grpo_checkpoint / "talentrl_meta.json", {"history": [{"rollout/reward": 0.5}]})
-    t = rl_training(paths, ["talent_sft", "talentrl", "flat_grpo"])
+    histories = rl_histories(paths, ["talent_sft", "talentrl", "flat_grpo"])
+    t = {s: training_summary(h) for s, h in histories.items()}
     assert set(t) == {"talentrl", "flat_grpo"}  # talent_sft is not an RL checkpoint
     assert t["talentrl"]["contrast_zero_share"] == pytest.approx(0.75)
     assert (t["talentrl"]["reward_first"], t["talentrl"]["reward_last"]) == (0.1, 0.4)
@@ -201,8 +204,17 @@ def test_rl_training_history_goes_into_metrics_and_report(tmp_path):
         validate_metrics(bad)
     # a corrupt history file is named
     (paths.rl_checkpoint / "talentrl_meta.json").write_text("{not json")
+    # the DVC files: a small headline and the RL curves (one row per update)
+    files = write_report(m, tmp_path / "eval", histories=histories)
+    head = json.loads(Path(files["headline.json"]).read_text())
+    assert head["training"]["talentrl"]["reward_last"] == 0.4 and set(head["success"]) == set(m["systems"])
+    assert len(json.dumps(head)) < 2000
+    rows = Path(files["rl_curves.csv"]).read_text().splitlines()
+    assert rows[0].startswith("update,talentrl_reward,talentrl_success,talentrl_routing_entropy,flat_grpo_reward")
+    assert len(rows) == 1 + 4 and rows[4].split(",")[1] == "0.4"
+    assert "rl_curves.png" in files
     with pytest.raises(ValueError, match="talentrl_meta.json"):
-        rl_training(paths, ["talentrl"])
+        rl_histories(paths, ["talentrl"])
 
 
 def test_evaluation_cost_section_reports_prompt_and_prefilled_tokens_per_step():

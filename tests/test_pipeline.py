@@ -230,7 +230,8 @@ def test_dvc_yaml_matches_stages_and_assets():
     cfg = load_config(["artifacts_dir=artifacts"])
     params = compose_params([])
     for stage, s in spec["stages"].items():
-        assert s["cmd"] == f"python -m pipeline.run {stage} ${{overrides}}"
+        assert s["cmd"] == f"python -m pipeline.run {stage} --params params.yaml"
+        assert "overrides" in s["params"]  # the lock records how params.yaml was composed
         missing = [d for d in s["deps"] if not (ROOT / d).exists() and not d.startswith("artifacts/")]
         assert not missing, f"dvc.yaml stage {stage}: deps {missing} do not exist (renamed?)"
         assert "conf" in s["deps"]
@@ -255,6 +256,33 @@ def test_params_file_is_composed_config(tmp_path):
     assert main(["experiment=demo", "collect.n_episodes=3", "--check", "--output", str(out)]) == 0
     assert main(["--check", "--output", str(out)]) == 1
     assert main(["env.nope=1", "--output", str(out)]) == 2
+
+
+def test_dvc_exp_run_set_param_changes_what_the_stage_runs(tmp_path):
+    """`dvc exp run -S key=value` edits params.yaml; the stage command reads params.yaml, so the value is used
+    (the stage prints the config it would run with `--cfg job`)."""
+    from pipeline.params import write_params
+
+    repo = _dvc_repo(tmp_path / "repo")
+    write_params(["experiment=demo"], repo / "params.yaml")
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"show": {
+        "cmd": f"{PY} -m pipeline.run sft --params params.yaml --cfg job > shown.yaml",
+        "params": ["overrides", "sft"], "outs": ["shown.yaml"]}}}))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for cmd in (["git", "add", "-A"], ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "init"]):
+        assert _run(cmd, cwd=repo).returncode == 0
+    proc = subprocess.run([PY, "-m", "dvc", "exp", "run", "-S", "sft.lr=0.0123", "-S", "sft.max_steps=7"], cwd=repo,
+                          env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    shown = yaml.safe_load((repo / "shown.yaml").read_text())
+    assert shown["sft"]["lr"] == 0.0123 and shown["sft"]["max_steps"] == 7 and shown["experiment"] == "demo"
+    # a value the schema refuses is named, with the file
+    params = yaml.safe_load((repo / "params.yaml").read_text())
+    params["sft"]["max_steps"] = 0
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    proc = subprocess.run([PY, "-m", "pipeline.run", "sft", "--params", "params.yaml"], cwd=repo, env=env,
+                          capture_output=True, text=True)
+    assert proc.returncode == 2 and "params.yaml" in proc.stderr and "max_steps" in proc.stderr, proc.stderr
 
 
 @_needs("collect")
@@ -288,7 +316,8 @@ def test_dagster_materialisation_then_dvc_is_up_to_date(tmp_path, monkeypatch, s
     assert "up to date" in dvc("status", "collect", root=repo).stdout
     lock = yaml.safe_load((repo / "dvc.lock").read_text())["stages"]["collect"]
     assert lock["outs"][0]["md5"] == version
-    assert lock["cmd"] == "python -m pipeline.run collect " + " ".join(overrides)
+    assert lock["cmd"] == "python -m pipeline.run collect --params params.yaml"
+    assert lock["params"]["params.yaml"]["overrides"] == " ".join(overrides)
     assert "didn't change" in dvc("repro", "collect", root=repo).stdout
 
     proc = dvc("repro", "-f", "collect", root=repo, check=False)  # DVC runs the same command itself
@@ -386,6 +415,48 @@ def test_tracker_offline_disabled_and_redacted(tmp_path, monkeypatch):
     while b"token_agg" not in logged.read_bytes() and time.time() < deadline:
         time.sleep(0.5)
     assert b"token_agg" in logged.read_bytes() and b"api_key" not in logged.read_bytes()
+
+
+def _wandb_records(run_file: Path) -> list:
+    """The protobuf records of an offline ``run-*.wandb`` file (a LevelDB-style log of 32 KiB blocks after a 7-byte
+    header)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    b, pos, part, out = run_file.read_bytes(), 7, b"", []
+    while pos + 7 <= len(b):
+        if 32768 - pos % 32768 < 7:
+            pos += 32768 - pos % 32768
+            continue
+        _, n, kind = struct.unpack("<IHB", b[pos:pos + 7])
+        data, pos = b[pos + 7:pos + 7 + n], pos + 7 + n
+        part = data if kind in (1, 2) else part + data
+        if kind in (1, 4):
+            rec = pb.Record()
+            rec.ParseFromString(part)
+            out.append(rec)
+    return out
+
+
+def test_a_crashed_stage_marks_its_wandb_run_failed(tmp_path, monkeypatch):
+    import talentrl_core.evaluation.runner as runner
+    from pipeline.config import load_config
+    from talentrl_core.stages import evaluate
+
+    def boom(*a, **k):
+        raise RuntimeError("environment died")
+
+    monkeypatch.setattr(runner, "evaluate_all", boom)
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    with pytest.raises(RuntimeError, match="environment died"):
+        evaluate(load_config([f"artifacts_dir={tmp_path}"]))
+    [run_file] = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
+    deadline = time.time() + 60  # wandb's service may still be writing after finish() under load
+    while not any(r.HasField("exit") for r in _wandb_records(run_file)) and time.time() < deadline:
+        time.sleep(0.5)
+    [exit_rec] = [r.exit for r in _wandb_records(run_file) if r.HasField("exit")]
+    assert exit_rec.exit_code == 1
 
 
 # ---------------------------------------------------------------------------------------------- webserver

@@ -55,7 +55,19 @@ def test_sft_few_steps_change_weights_and_lower_loss(world, tmp_path, shared_dat
     data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
     base = build_tiny(SMALL, tmp_path / "base", shared_data)
     cfg = SFTConfig(max_steps=12, lr=3e-3, warmup_steps=2, batch_size=8, save_steps=6)
-    info = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
+
+    class Recorder:
+        logged: list = []
+
+        def log(self, metrics, step=None):
+            self.logged.append((step, metrics))
+
+    rec = Recorder()
+    info = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL, tracker=rec)
+    # every logged step reaches the tracker (loss, learning rate, grad norm) at its optimizer step
+    steps = [s for s, m in rec.logged if "sft/loss" in m]
+    assert len(steps) >= 4 and steps == sorted(steps) and steps[-1] <= 12
+    assert all({"sft/learning_rate", "sft/grad_norm"} <= set(m) for s, m in rec.logged if "sft/loss" in m)
     before = AutoModelForCausalLM.from_pretrained(str(base)).state_dict()
     after = AutoModelForCausalLM.from_pretrained(str(tmp_path / "sft")).state_dict()
     assert any(not torch.equal(before[k], after[k]) for k in before)

@@ -36,12 +36,14 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Union
+from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from ..io import atomic_path, write_json, write_text
+from ..io import write_json, write_text
 from .markdown import md_table
+from .headline import headline, rl_curves_csv
+from .plots import plot_confusion, plot_rl_curves, plot_success_by_panel, plot_success_by_task_type, save_png
 from .talent_effect import plot_strategy_matrix, talent_section
 from .stats import avg_at_k, bootstrap_ci, intervals_overlap, mcnemar_exact, wilson_ci
 
@@ -516,81 +518,6 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     return "\n".join(out) + "\n"
 
 
-def _save(fig: Any, path: Path) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-
-
-def _bars(ax: Any, groups: list[str], systems: list[str], get: Any) -> None:
-    """Grouped bars: one group per x label, one bar per system; ``get(s, g)`` -> block or None."""
-    width = 0.8 / max(len(systems), 1)
-    x = np.arange(len(groups))
-    for i, s in enumerate(systems):
-        vals, err_lo, err_hi = [], [], []
-        for g in groups:
-            b = get(s, g)
-            v = b["success"] if b else np.nan
-            vals.append(v)
-            err_lo.append(v - b["ci95"][0] if b else 0.0)
-            err_hi.append(b["ci95"][1] - v if b else 0.0)
-        ax.bar(x + (i - (len(systems) - 1) / 2) * width, vals, width, label=s,
-               yerr=np.clip([err_lo, err_hi], 0, None), capsize=2)
-    ax.set_xticks(x)
-    ax.set_xticklabels(groups, rotation=20, ha="right")
-    ax.set_ylim(0, 1.05)
-    ax.set_ylabel("greedy success (95% CI)")
-
-
-def plot_success_by_panel(metrics: Mapping, path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    S, systems, panels = metrics["systems"], _order_systems(metrics["systems"]), _panels(metrics)
-    fig = Figure(figsize=(max(5, 1.2 * len(panels) * max(1, len(systems)) / 2), 4))
-    ax = fig.add_subplot()
-    _bars(ax, panels, systems, lambda s, p: S[s].get(p))
-    ax.set_title("Success by system and panel")
-    ax.legend(fontsize=7, ncol=2)
-    _save(fig, path)
-
-
-def plot_success_by_task_type(metrics: Mapping, path: Path) -> None:
-    from matplotlib.figure import Figure
-
-    S, systems, panels = metrics["systems"], _order_systems(metrics["systems"]), _panels(metrics)
-    fig = Figure(figsize=(8, 3.2 * len(panels)))
-    for i, p in enumerate(panels):
-        ax = fig.add_subplot(len(panels), 1, i + 1)
-        types = sorted({t for s in systems for t in S[s].get(p, {}).get("per_task_type", {})})
-        _bars(ax, types, systems, lambda s, t: S[s].get(p, {}).get("per_task_type", {}).get(t))
-        ax.set_title(f"{p}: success by task type")
-        if i == 0:
-            ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    _save(fig, path)
-
-
-def plot_confusion(counts: Mapping[str, Mapping[str, int]], path: Path, title: str) -> None:
-    """Heat map of ``{oracle: {chosen: count}}``: rows oracle talent, columns chosen talent."""
-    from matplotlib.figure import Figure
-
-    labels = sorted(set(counts) | {c for row in counts.values() for c in row})
-    m = np.array([[counts.get(o, {}).get(c, 0) for c in labels] for o in labels])  # (L, L)
-    fig = Figure(figsize=(3.5 + 0.5 * len(labels), 3.0 + 0.5 * len(labels)))
-    ax = fig.add_subplot()
-    im = ax.imshow(m, cmap="Blues")
-    for (i, j), v in np.ndenumerate(m):
-        ax.text(j, i, str(v), ha="center", va="center", fontsize=8, color="white" if v > m.max() / 2 else "black")
-    ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=45, ha="right")
-    ax.set_yticks(range(len(labels)))
-    ax.set_yticklabels(labels)
-    ax.set_xlabel("chosen talent")
-    ax.set_ylabel("oracle talent")
-    ax.set_title(title)
-    fig.colorbar(im, ax=ax)
-    _save(fig, path)
-
-
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 
@@ -599,13 +526,15 @@ def write_report(
     metrics: Mapping,
     out_dir: Union[str, Path],
     confusion: Optional[Mapping[str, Mapping[str, Mapping[str, int]]]] = None,
+    histories: Optional[Mapping[str, Sequence[Mapping]]] = None,
 ) -> dict[str, str]:
     """Write ``metrics.json``, ``report.md`` and PNG plots into ``out_dir`` (DESIGN.md §6).
 
     Plots: ``success_by_panel.png``, ``success_by_task_type.png`` and, when ``confusion`` (the output of
     ``routing_confusion``: ``{system: {oracle: {chosen: count}}}``) is given, ``routing_confusion.json``
-    and one ``routing_confusion_<system>.png`` per system. The metrics are validated first, so nothing
-    is written for a malformed dict.
+    and one ``routing_confusion_<system>.png`` per system; with ``histories`` (``{RL system: per-update metrics}``)
+    ``rl_curves.png`` and ``rl_curves.csv`` (DVC plots). ``headline.json`` is the small flat summary DVC shows
+    (``dvc metrics show``). The metrics are validated first, so nothing is written for a malformed dict.
 
     Returns:
         ``{name: path}`` of every file written.
@@ -616,16 +545,17 @@ def write_report(
     written: dict[str, str] = {}
     plots: list[str] = []
 
+    systems, panels = _order_systems(metrics["systems"]), _panels(metrics)
     p = out / "success_by_panel.png"
-    plot_success_by_panel(metrics, p)
+    plot_success_by_panel(metrics, p, systems, panels)
     plots.append(str(p))
     if any(b.get("per_task_type") for panels in metrics["systems"].values() for b in panels.values()):
         p = out / "success_by_task_type.png"
-        plot_success_by_task_type(metrics, p)
+        plot_success_by_task_type(metrics, p, systems, panels)
         plots.append(str(p))
     for panel, matrix in sorted(((metrics.get("talents") or {}).get("matrix") or {}).items()):
         p = out / f"strategy_matrix_{_safe(panel)}.png"
-        plot_strategy_matrix(matrix, p, f"{panel}: strategy expert success by task type", _save)
+        plot_strategy_matrix(matrix, p, f"{panel}: strategy expert success by task type", save_png)
         plots.append(str(p))
     if confusion:
         write_json(out / "routing_confusion.json", {s: {o: dict(r) for o, r in c.items()} for s, c in confusion.items()})
@@ -637,7 +567,15 @@ def write_report(
             plot_confusion(counts, p, f"{system}: routing (oracle vs chosen)")
             plots.append(str(p))
 
+    if histories and any(histories.values()):
+        p = out / "rl_curves.png"
+        plot_rl_curves(histories, p)
+        plots.append(str(p))
+        write_text(out / "rl_curves.csv", rl_curves_csv(histories))
+        written["rl_curves.csv"] = str(out / "rl_curves.csv")
     write_json(out / "metrics.json", metrics)
+    write_json(out / "headline.json", headline(metrics))
+    written["headline.json"] = str(out / "headline.json")
     write_text(out / "report.md", render_markdown(metrics, plots))
     written["metrics.json"] = str(out / "metrics.json")
     written["report.md"] = str(out / "report.md")

@@ -90,14 +90,14 @@ def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
     return e, split
 
 
-def rl_training(paths: ArtifactPaths, systems) -> dict:
-    """``training_summary`` of every evaluated RL system whose checkpoint records its history."""
+def rl_histories(paths: ArtifactPaths, systems) -> dict[str, list[dict]]:
+    """The per-update history of every evaluated RL system whose checkpoint records one."""
     out = {}
     for system in systems:
         spec = SYSTEMS[system]
         meta = checkpoint_path(paths, spec.checkpoint) / "talentrl_meta.json"
         if spec.checkpoint in ("rl", "flat_grpo") and meta.exists():
-            out[system] = training_summary(read_json(meta).get("history") or [])
+            out[system] = list(read_json(meta).get("history") or [])
     return out
 
 
@@ -203,10 +203,10 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     metrics["zero_shot_model"] = ("the unmodified backbone " + cfg.model.name_or_path if str(cfg.model.kind) == "hf"
                                   else "the tiny model's random initialisation (trained from scratch: zero_shot is a floor, not a pretrained baseline)")
     metrics["talents"] = talent_metrics(results, panel_matrices(cfg, knowledge_factory))
-    training = rl_training(paths, [s for s in ev.systems if s not in skipped])
-    if training:
-        metrics["training"] = training
-    files = write_report(metrics, paths.eval, confusion=routing_confusion(results))
+    histories = rl_histories(paths, [s for s in ev.systems if s not in skipped])
+    if histories:
+        metrics["training"] = {s: training_summary(h) for s, h in histories.items()}
+    files = write_report(metrics, paths.eval, confusion=routing_confusion(results), histories=histories)
     episodes = paths.eval / "episodes.jsonl"  # per-episode results: recompute any statistic without re-running
     write_text(episodes, "".join(json.dumps(dataclasses.asdict(r), sort_keys=True) + "\n" for r in results))
     files["episodes.jsonl"] = str(episodes)

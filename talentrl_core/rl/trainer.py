@@ -749,14 +749,18 @@ def train_rl(cfg: TalentRLConfig, family, knowledge: Knowledge, init_checkpoint:
 
     Resumes from the last ``<out_dir>.work/checkpoint-<step>`` when ``rl.resume``; writes the final model
     (``save_pretrained`` + tokenizer + ``talentrl_meta.json``) atomically into ``out_dir``. The tracker (any
-    object with ``.log(dict, step)`` and ``.finish()``; a null object by default) is finished in ``finally``.
+    object with ``.log(dict, step)`` and ``.finish(exit_code)``; a null object by default) is finished in ``finally``,
+    with exit code 1 when training raised.
     """
     tracker = tracker if tracker is not None else NullTracker()
+    done = False
     try:
         trainer = RLTrainer(cfg, family, knowledge, init_checkpoint, Path(out_dir), tracker, progress)
-        return trainer.run()
+        result = trainer.run()
+        done = True
+        return result
     finally:
-        tracker.finish()
+        tracker.finish(exit_code=0 if done else 1)  # a crashed run is marked failed
 
 
 if __name__ == "__main__":  # the CLI lives in rl/cli.py; this keeps `python -m talentrl_core.rl.trainer` working

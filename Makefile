@@ -9,19 +9,33 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo cpu-full test test-all ui bench clean clean-all
+.PHONY: setup data demo repro cpu-full test test-all ui bench clean clean-all
 
 # Creates .venv from the committed lock when it is missing (idempotent: a stamp records the lock hash).
+# On a CPU-only machine, `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the lock's torch
+# release as a CPU wheel from PyTorch's index first (PyPI's Linux wheel is the multi-GB CUDA build); the lock
+# itself stays PyPI-only, so it resolves the same everywhere.
+TORCH_INDEX ?=
 setup: .venv/.stamp
 .venv/.stamp: requirements.lock pyproject.toml
 	@test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
+	@if [ -n "$(TORCH_INDEX)" ]; then $(PY) -m pip install -q --index-url $(TORCH_INDEX) "$$(grep '^torch==' requirements.lock)"; fi
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $@
 
-demo: setup
+# The benchmark data (data/manifest.yaml): verified in TALENTRL_DATA_DIR (default ../shared/data), missing files
+# fetched from their public sources at the pinned revisions.
+data: setup
+	$(PY) -m pipeline.data
+
+demo: setup data
 	$(PY) -m pipeline.demo
+
+# dvc repro with the venv's dvc and python (stage commands run `python -m pipeline.run <stage> --params params.yaml`).
+repro: setup data
+	dvc repro
 
 # The longer CPU run of issue 6 (1 h 47 min on 2 cores, measured): same chain, experiment=cpu_full, also recorded in DVC.
 cpu-full: setup

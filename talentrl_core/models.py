@@ -53,10 +53,12 @@ def tokenizer_corpus(data_dir: str | Path, extra_texts: Iterable[str] = (), seed
     """
     data_dir = Path(data_dir)
     if not (data_dir / "qa").is_dir() and not (data_dir / "alfworld").is_dir():
-        raise FileNotFoundError(
-            f"data_dir={data_dir} holds no benchmark data (no qa/ or alfworld/ folder): the tiny model's tokenizer "
-            f"is trained on its text, and a tokenizer built without it differs from the documented runs. Point "
-            f"data_dir at the data folder (README: Data)")
+        from .benchdata import DataMissing
+
+        raise DataMissing(
+            f"data_dir={data_dir} holds no benchmark data (no qa/ or alfworld/ folder): the tiny model's tokenizer is "
+            f"trained on its text, and a tokenizer built without it differs from the documented runs. Run `make data` "
+            f"(fetches and verifies it) or set TALENTRL_DATA_DIR to a mirror")
     texts: list[str] = list(RULES.values())
     grammar = data_dir / "alfworld" / "alfred.twl2"
     if grammar.exists():

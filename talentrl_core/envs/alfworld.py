@@ -166,9 +166,9 @@ def ensure_unpacked(archive: str | os.PathLike, cache_dir: str | os.PathLike) ->
         ):
             return target / index["root"]
         if not archive.is_file():
-            raise AlfworldDataError(
-                f"ALFWorld archive not found: {archive} (set env.alfworld_archive; the games are in ../shared/data/alfworld)"
-            )
+            from ..benchdata import missing
+
+            raise AlfworldDataError(f"ALFWorld archive: {missing(archive, archive.parent.parent)}")
         with atomic_dir(target) as tmp:
             try:
                 with tarfile.open(archive) as tf:

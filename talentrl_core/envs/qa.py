@@ -124,11 +124,18 @@ def resolve_path(value: str, data_dir: Union[str, os.PathLike, None] = None) -> 
     return Path(value)
 
 
+def _data_root(path: Path) -> Optional[Path]:
+    """The data folder above ``path`` (the parent of its ``qa/`` folder), for naming the dataset."""
+    return next((p.parent for p in Path(path).parents if p.name == "qa"), None)
+
+
 def iter_records(path: Union[str, os.PathLike]) -> Iterator[tuple[str, Any]]:
     """(where, row) for each JSONL line (where = "file:line") or JSON array element ("file: element i")."""
     path = Path(path)
     if not path.is_file():
-        raise QADataError(f"{path}: file not found")
+        from ..benchdata import missing
+
+        raise QADataError(str(missing(path, _data_root(path))))
     if path.suffix == ".jsonl":
         for lineno, row in iter_jsonl(path, QADataError):
             yield f"{path}:{lineno}", row

@@ -17,10 +17,10 @@ def headline(metrics: Mapping) -> dict:
     """A flat-ish summary of ``metrics`` (a few dozen values)."""
     out: dict = {"success": {s: {p: round(b["success"], 4) for p, b in panels.items()}
                              for s, panels in metrics["systems"].items()}}
-    paired = {p: {pair: round(c["p_mcnemar"], 6) for pair, c in comps.items()}
+    paired = {p: {pair.replace(" vs ", "_vs_"): round(c["p_mcnemar"], 6) for pair, c in comps.items()}
               for p, comps in (metrics.get("paired") or {}).items() if comps}
     if paired:
-        out["paired_p"] = paired
+        out["p"] = paired
     training = {s: {k: round(t[k], 4) for k in TRAINING_KEYS if isinstance(t.get(k), (int, float))}
                 for s, t in (metrics.get("training") or {}).items()}
     if training:

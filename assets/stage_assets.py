@@ -27,6 +27,7 @@ from talentrl_core.config import TalentRLConfig
 from talentrl_core.paths import ArtifactPaths
 
 from .dvc_hash import dvc_md5
+from .progress import heartbeat
 from .resources import TalentRLConfigSource
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,12 +77,31 @@ def code_version(stage: str, dvc_yaml: Path = ROOT / "dvc.yaml") -> Optional[str
     return hashlib.md5("\n".join(parts).encode()).hexdigest() if parts else None
 
 
-def run_stage(stage: str, cfg: TalentRLConfig) -> dict:
+def run_stage(stage: str, cfg: TalentRLConfig, log=None, every: float = 60.0) -> dict:
     """``talentrl_core.stages.STAGES[stage](cfg)``, imported on first use: the stages pull in torch,
-    which would otherwise slow every load of the code location (UI, sensors, schedules)."""
+    which would otherwise slow every load of the code location (UI, sensors, schedules). With ``log`` (the
+    step's ``context.log``) a heartbeat reports the step's progress bars every ``every`` seconds."""
     from talentrl_core.stages import STAGES
 
-    return STAGES[stage](cfg)
+    if log is None:
+        return STAGES[stage](cfg)
+    with heartbeat(log, stage, every):
+        return STAGES[stage](cfg)
+
+
+def load_or_fail(talentrl: TalentRLConfigSource) -> TalentRLConfig:
+    """The run's config; a config that does not compose fails the step with the readable error as its
+    description (not only under "View full message")."""
+    try:
+        return talentrl.load()
+    except ValueError as e:  # pipeline.config.ConfigError
+        raise dg.Failure(description=f"config error: {e}", metadata={"overrides": list(talentrl.overrides)}) from e
+
+
+def _materialise(stage: str, context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
+    cfg = load_or_fail(talentrl)
+    context.log.info(f"{stage}: {talentrl.command(stage)}")
+    return stage_result(stage, talentrl, cfg, run_stage(stage, cfg, context.log))
 
 
 def _jsonable(v: Any) -> Any:
@@ -112,49 +132,39 @@ def stage_result(stage: str, source: TalentRLConfigSource, cfg: TalentRLConfig, 
     return dg.MaterializeResult(metadata=md, data_version=dg.DataVersion(version))
 
 
-@dg.asset(kinds={"parquet"}, tags=CPU_TAGS, code_version=code_version("collect"))
+@dg.asset(group_name="collection", kinds={"parquet"}, tags=CPU_TAGS, code_version=code_version("collect"))
 def trajectories(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
     """Episodes rolled out by the collection policy (Parquet, one file per env partition)."""
-    cfg = talentrl.load()
-    context.log.info(f"collect: {talentrl.command('collect')}")
-    return stage_result("collect", talentrl, cfg, run_stage("collect", cfg))
+    return _materialise("collect", context, talentrl)
 
 
-@dg.asset(deps=[trajectories], kinds={"lancedb"}, tags=CPU_TAGS, code_version=code_version("distill"))
+@dg.asset(group_name="skill_library", deps=[trajectories], kinds={"lancedb"}, tags=CPU_TAGS, code_version=code_version("distill"))
 def library(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
     """Skills and talents distilled from the trajectories (LanceDB tables ``skills`` and ``talents``)."""
-    cfg = talentrl.load()
-    context.log.info(f"distill: {talentrl.command('distill')}")
-    return stage_result("distill", talentrl, cfg, run_stage("distill", cfg))
+    return _materialise("distill", context, talentrl)
 
 
 @dg.asset(
-    deps=[library], kinds={"pytorch"}, tags=GPU_TAGS, op_tags=GPU_OP_TAGS, pool="gpu", code_version=code_version("sft")
+    group_name="training", deps=[library], kinds={"pytorch"}, tags=GPU_TAGS, op_tags=GPU_OP_TAGS, pool="gpu", code_version=code_version("sft")
 )
 def sft_checkpoint(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
     """Talent-aware SFT checkpoint (routing + execution samples with their retrieved skills)."""
-    cfg = talentrl.load()
-    context.log.info(f"sft: {talentrl.command('sft')}")
-    return stage_result("sft", talentrl, cfg, run_stage("sft", cfg))
+    return _materialise("sft", context, talentrl)
 
 
 @dg.asset(
-    deps=[sft_checkpoint], kinds={"pytorch"}, tags=GPU_TAGS, op_tags=GPU_OP_TAGS, pool="gpu", code_version=code_version("rl")
+    group_name="training", deps=[sft_checkpoint], kinds={"pytorch"}, tags=GPU_TAGS, op_tags=GPU_OP_TAGS, pool="gpu", code_version=code_version("rl")
 )
 def rl_checkpoint(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
     """Checkpoint after contrastive routing RL + GRPO execution RL from the SFT checkpoint
     (the stage also trains the flat-GRPO baseline into models/flat_grpo at the same budget)."""
-    cfg = talentrl.load()
-    context.log.info(f"rl: {talentrl.command('rl')}")
-    return stage_result("rl", talentrl, cfg, run_stage("rl", cfg))
+    return _materialise("rl", context, talentrl)
 
 
-@dg.asset(deps=[sft_checkpoint, rl_checkpoint], kinds={"json"}, tags=CPU_TAGS, code_version=code_version("evaluate"))
+@dg.asset(group_name="evaluation", deps=[sft_checkpoint, rl_checkpoint], kinds={"json"}, tags=CPU_TAGS, code_version=code_version("evaluate"))
 def evaluation(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
     """Success per panel and system on the fixed panels: metrics.json, report.md, plots."""
-    cfg = talentrl.load()
-    context.log.info(f"evaluate: {talentrl.command('evaluate')}")
-    return stage_result("evaluate", talentrl, cfg, run_stage("evaluate", cfg))
+    return _materialise("evaluate", context, talentrl)
 
 
 STAGE_ASSETS = [trajectories, library, sft_checkpoint, rl_checkpoint, evaluation]

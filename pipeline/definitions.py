@@ -3,12 +3,14 @@
     dagster dev -w workspace.yaml            # or: make ui
     dagster asset materialize --select '*' -m pipeline.definitions
 
-Deployment (``TALENTRL_DEPLOYMENT``): ``local`` (default; in-process executor, conf/ defaults) or
+Deployment (``TALENTRL_DEPLOYMENT``): ``local`` (default; in-process executor, ``experiment=demo``) or
 ``cluster``/``k8s`` (``experiment=gpu`` overrides; steps as Kubernetes jobs through dagster-k8s, or
 Celery workers through dagster-celery — install one; ``sft_checkpoint`` and ``rl_checkpoint`` carry
 the GPU tags those executors read, see ``assets.stage_assets``).
 
-Launchpad run config maps onto Hydra overrides, the same strings ``python -m pipeline.run`` takes::
+Every run, schedule tick and sensor request carries the deployment's overrides (``TALENTRL_OVERRIDES`` replaces
+them) and a ``talentrl/experiment`` tag. Launchpad run config maps onto Hydra overrides, the same strings
+``python -m pipeline.run`` takes::
 
     resources:
       talentrl:
@@ -32,9 +34,24 @@ import dagster as dg
 from assets import STAGE_ASSETS, STAGE_CHECKS
 
 from .env import ROOT, offline_defaults
-from .resources import RESOURCES_BY_DEPLOYMENT_NAME, deployment_name
+from .resources import RESOURCES_BY_DEPLOYMENT_NAME, default_overrides, deployment_name
 
 offline_defaults()
+DEPLOYMENT = deployment_name()
+RUN_OVERRIDES = default_overrides(DEPLOYMENT)  # the experiment the launchpad, schedule and sensor run
+RUN_CONFIG = {"resources": {"talentrl": {"config": {"overrides": RUN_OVERRIDES}}}}
+
+
+def experiment_of(overrides: list[str]) -> str:
+    """The ``experiment=`` choice among overrides ('default' without one).
+
+    >>> experiment_of(["experiment=demo", "sft.lr=1e-3"])
+    'demo'
+    """
+    return next((o.split("=", 1)[1] for o in overrides if o.startswith("experiment=")), "default")
+
+
+RUN_TAGS = {"talentrl/experiment": experiment_of(RUN_OVERRIDES), "talentrl/overrides": " ".join(RUN_OVERRIDES)[:200]}
 
 DEFAULT_RETRAIN_CRON = "0 3 * * 0"
 DEFAULT_WATCH_DIR = "artifacts/incoming"
@@ -42,7 +59,10 @@ DEFAULT_WATCH_DIR = "artifacts/incoming"
 talentrl_chain = dg.define_asset_job(
     "talentrl_chain",
     selection=dg.AssetSelection.assets(*STAGE_ASSETS),
-    description="collect → distill → sft → rl → evaluate, with the blocking checks between them.",
+    description="collect → distill → sft → rl → evaluate, with the blocking checks between them "
+                f"(default: {' '.join(RUN_OVERRIDES) or 'conf/ defaults'}).",
+    config=RUN_CONFIG,  # the launchpad opens on the demo's overrides
+    tags=RUN_TAGS,
 )
 
 retrain_schedule = dg.ScheduleDefinition(
@@ -51,7 +71,9 @@ retrain_schedule = dg.ScheduleDefinition(
     cron_schedule=os.environ.get("TALENTRL_RETRAIN_CRON", DEFAULT_RETRAIN_CRON),
     execution_timezone=os.environ.get("TALENTRL_RETRAIN_TZ", "UTC"),
     default_status=dg.DefaultScheduleStatus.STOPPED,
-    tags={"talentrl/trigger": "schedule"},
+    run_config=RUN_CONFIG,
+    tags={"talentrl/trigger": "schedule", **RUN_TAGS},
+    description=f"Retrain the chain with {' '.join(RUN_OVERRIDES) or 'the conf/ defaults'} (TALENTRL_OVERRIDES).",
 )
 
 
@@ -69,7 +91,8 @@ def parquet_listing(folder: Path) -> list[list]:
 
 @dg.sensor(job=talentrl_chain, minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.STOPPED)
 def incoming_trajectories(context: dg.SensorEvaluationContext):
-    """Run the chain when new or rewritten ``*.parquet`` files appear in ``TALENTRL_WATCH_DIR``."""
+    """Run the chain (the deployment's experiment, ``RUN_OVERRIDES``) when new or rewritten ``*.parquet`` files
+    appear in ``TALENTRL_WATCH_DIR``."""
     folder = watch_dir()
     listing = parquet_listing(folder)
     seen = {tuple(x) for x in json.loads(context.cursor)} if context.cursor else set()
@@ -79,7 +102,8 @@ def incoming_trajectories(context: dg.SensorEvaluationContext):
     context.update_cursor(json.dumps(listing))
     key = hashlib.md5(json.dumps(new).encode()).hexdigest()
     names = ",".join(n for n, _ in new)
-    return dg.RunRequest(run_key=key, tags={"talentrl/trigger": "incoming", "talentrl/new_files": names[:200]})
+    return dg.RunRequest(run_key=key, run_config=RUN_CONFIG,
+                         tags={"talentrl/trigger": "incoming", "talentrl/new_files": names[:200], **RUN_TAGS})
 
 
 def executor_for(name: str) -> dg.ExecutorDefinition:
@@ -102,8 +126,6 @@ def executor_for(name: str) -> dg.ExecutorDefinition:
             "pip install dagster-k8s==<dagster version> (or dagster-celery)"
         ) from e
 
-
-DEPLOYMENT = deployment_name()
 
 defs = dg.Definitions(
     assets=STAGE_ASSETS,

@@ -68,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.output}: {'up to date' if same else 'stale: rerun python -m pipeline.params ' + shlex.join(args.overrides)}")
         return 0 if same else 1
     write_params(args.overrides, args.output)
-    print(f"wrote {args.output} (overrides: {shlex.join(args.overrides) or 'none'})")
+    print(f"wrote {args.output} (overrides: {shlex.join(args.overrides) or 'none'})", file=sys.stderr)
     return 0
 
 

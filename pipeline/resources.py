@@ -23,13 +23,22 @@ class TalentRLConfigResource(TalentRLConfigSource):
         return load_config(self.overrides)
 
 
+DEMO = "experiment=demo"
+
+
+def default_overrides(deployment: str) -> list[str]:
+    """The overrides a run gets when the launchpad, a schedule or a sensor does not give its own."""
+    return list(RESOURCES_BY_DEPLOYMENT_NAME[deployment]["talentrl"].overrides)
+
+
 def _split(env_value: str | None) -> list[str]:
     return shlex.split(env_value) if env_value else []
 
 
 RESOURCES_BY_DEPLOYMENT_NAME = {
-    # CPU machine: the defaults of conf/ (plus TALENTRL_OVERRIDES="experiment=demo ..." if set).
-    "local": {"talentrl": TalentRLConfigResource(overrides=_split(os.environ.get("TALENTRL_OVERRIDES")))},
+    # CPU machine: the demo (what `make demo` runs: the launchpad, "Materialize all", the schedule and the sensor
+    # all start from it); TALENTRL_OVERRIDES="experiment=cpu_full ..." replaces it.
+    "local": {"talentrl": TalentRLConfigResource(overrides=_split(os.environ.get("TALENTRL_OVERRIDES", DEMO)))},
     # GPU cluster (dagster-k8s / dagster-celery executors): the GPU preset; artifacts on shared storage
     # via TALENTRL_ARTIFACTS_DIR, LanceDB on object storage via library.uri in the overrides.
     "cluster": {

@@ -5,7 +5,10 @@ here in its own session with SIGINT/SIGTERM reset to their defaults; Ctrl-C (or 
 process) is forwarded as SIGINT, and if it has not stopped 30 s later its process group is killed.
 DAGSTER_HOME defaults to ``.dagster_home`` in the project (telemetry off).
 
-    python -m pipeline.ui [--host 127.0.0.1] [--port 3000]
+    python -m pipeline.ui [--host 127.0.0.1] [--port 3000]     # or TALENTRL_UI_PORT=3001 make ui
+
+A port already in use is refused at start (exit 2, naming the port and how to pick another) rather than leaving
+``dagster dev`` running with no web server.
 """
 
 from __future__ import annotations
@@ -79,11 +82,27 @@ def stop(proc: subprocess.Popen, timeout: float = 30.0) -> int:
     return proc.returncode
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """Whether something already listens on (host, port) (we cannot bind it)."""
+    import socket
+
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m pipeline.ui", description=__doc__.splitlines()[0])
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=int(os.environ.get("TALENTRL_UI_PORT", "3000")))
     args = p.parse_args(argv)
+    if port_in_use(args.host, args.port):
+        print(f"ui: port {args.port} on {args.host} is in use (another dagster dev?): stop it, or pick another port with "
+              f"--port N or TALENTRL_UI_PORT=N", file=sys.stderr)
+        return 2
     proc = start(args.host, args.port)
     print(f"dagster dev (pid {proc.pid}) → http://{args.host}:{args.port}  (Ctrl-C stops it)", flush=True)
 

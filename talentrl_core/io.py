@@ -5,16 +5,39 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
 
+def _is_special(path: Path) -> bool:
+    """A device path (``/dev/stdout`` even when the shell points it at a file), a ``/proc/self/fd`` link, or a
+    pipe, socket or terminal."""
+    if path.absolute().parts[1:2] in (("dev",), ("proc",)):
+        return True
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it over ``path`` (same filesystem)."""
+    """Yield a temporary path beside ``path``; on success rename it over ``path`` (same filesystem).
+
+    A ``path`` that is not a regular file (``/dev/stdout``, a pipe, a terminal) is written through instead: renaming
+    onto it would replace the device link with a file."""
     path = Path(path)
+    if _is_special(path):
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d) / path.name
+            yield tmp
+            with open(path, "ab") as out, open(tmp, "rb") as src:  # append: never truncate what a stream holds
+                shutil.copyfileobj(src, out)
+        return
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)

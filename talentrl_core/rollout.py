@@ -243,8 +243,9 @@ def run_episodes(
     batch_size: int = 16,
     progress: bool = True,
     on_routing: Optional[Callable[[Trajectory, PolicyInput, GenResult], None]] = None,
+    on_episode: Optional[Callable[[], None]] = None,
 ) -> list[Trajectory]:
-    """Play every spec; returns trajectories in the order of ``specs``."""
+    """Play every spec; returns trajectories in the order of ``specs`` (``on_episode()`` after each one ends)."""
     knowledge = knowledge or NoKnowledge()
     run_key = uuid.uuid4().hex  # KV-cache keys of this call's episodes (see PolicyInput.cache_key)
     results: list[Optional[Trajectory]] = [None] * len(specs)
@@ -262,6 +263,8 @@ def run_episodes(
         results[index_of[id(slot)]] = t
         slot.spec = None
         bar.update(1)
+        if on_episode is not None:
+            on_episode()
 
     def start(slot: _Slot, idx: int, spec: EpisodeSpec):
         task = spec.task
@@ -405,6 +408,15 @@ def run_episodes(
     return [t for t in results if t is not None]
 
 
+_EPISODES_DONE = None  # multiprocessing counter of run_episodes_parallel's workers
+
+
+def _count_episode() -> None:
+    if _EPISODES_DONE is not None:
+        with _EPISODES_DONE.get_lock():
+            _EPISODES_DONE.value += 1
+
+
 def run_episodes_parallel(make_env: Callable[[], Env], specs: Sequence[EpisodeSpec], policy_factory: Callable[[int], Policy],
                           settings: RolloutSettings, workers: int = 1, batch_size: int = 16,
                           knowledge: Optional[Knowledge] = None, progress: bool = True) -> list[Trajectory]:
@@ -413,12 +425,19 @@ def run_episodes_parallel(make_env: Callable[[], Env], specs: Sequence[EpisodeSp
         return run_episodes(make_env, specs, policy_factory(0), settings, knowledge, batch_size, progress)
     import multiprocessing as mp
 
+    global _EPISODES_DONE
     chunks = [list(specs[i::workers]) for i in range(workers)]
     ctx = mp.get_context("fork")
+    _EPISODES_DONE = ctx.Value("i", 0)  # inherited by the forked workers: one bar counts every worker's episodes
+    bar = tqdm(total=len(specs), desc=f"episodes[{policy_factory(0).name} x{workers}]", disable=not progress)
     with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
-        futs = [ex.submit(run_episodes, make_env, chunk, policy_factory(i), settings, knowledge, batch_size, progress and i == 0)
-                for i, chunk in enumerate(chunks)]
+        futs = [ex.submit(run_episodes, make_env, chunk, policy_factory(i), settings, knowledge, batch_size, False,
+                          None, _count_episode) for i, chunk in enumerate(chunks)]
+        while cf.wait(futs, timeout=0.5).not_done:
+            bar.update(_EPISODES_DONE.value - bar.n)
         parts = [f.result() for f in futs]
+    bar.update(_EPISODES_DONE.value - bar.n)
+    bar.close()
     by_uid = {}
     for part in parts:
         for t in part:

@@ -75,6 +75,72 @@ def test_gpu_assets_carry_executor_tags():
         assert defs.resolve_assets_def(name).specs_by_key[dg.AssetKey(name)].tags["talentrl/accelerator"] == "gpu"
 
 
+def test_ui_defaults_to_the_demo_in_named_groups():
+    """The launchpad, schedule and sensor run the demo experiment and say so; assets sit in named groups."""
+    from pipeline.definitions import RUN_CONFIG, defs
+
+    job = defs.resolve_job_def("talentrl_chain")
+    assert job.tags["talentrl/experiment"] == "demo"
+    assert RUN_CONFIG["resources"]["talentrl"]["config"]["overrides"] == ["experiment=demo"]
+    sched = defs.resolve_schedule_def("retrain_weekly")
+    assert sched.tags["talentrl/experiment"] == "demo"
+    groups = {k.to_user_string(): g for a in defs.assets for k, g in a.group_names_by_key.items()}
+    assert groups == {"trajectories": "collection", "library": "skill_library", "sft_checkpoint": "training",
+                      "rl_checkpoint": "training", "evaluation": "evaluation"}
+
+
+def test_a_bad_config_fails_the_step_with_a_readable_description(tmp_path):
+    from pipeline.definitions import defs
+
+    result = defs.resolve_job_def("talentrl_chain").execute_in_process(
+        run_config={"resources": {"talentrl": {"config": {"overrides": [f"artifacts_dir={tmp_path}", "env.max_stepz=3"]}}}},
+        instance=dg.DagsterInstance.ephemeral(), asset_selection=[dg.AssetKey("trajectories")], raise_on_error=False)
+    assert not result.success
+    failure = [e for e in result.all_events if e.is_step_failure][0].step_failure_data
+    assert failure.user_failure_data.description.startswith("config error: unknown config key 'env.max_stepz'")
+
+
+def test_long_steps_report_progress_to_the_run_log():
+    from tqdm import tqdm
+
+    import talentrl_core.stages
+    from assets.stage_assets import run_stage
+
+    class Log:
+        lines: list = []
+
+        def info(self, msg):
+            self.lines.append(msg)
+
+    def slow(cfg):
+        with tqdm(total=10, desc="episodes", disable=False) as bar:
+            for _ in range(10):
+                time.sleep(0.05)
+                bar.update()
+        return {}
+
+    log = Log()
+    old = talentrl_core.stages.STAGES["collect"]
+    talentrl_core.stages.STAGES["collect"] = slow
+    try:
+        run_stage("collect", None, log, every=0.1)
+    finally:
+        talentrl_core.stages.STAGES["collect"] = old
+    assert len(log.lines) >= 2 and all(ln.startswith("collect: running") for ln in log.lines)
+    assert any("episodes: " in ln and "/10" in ln for ln in log.lines), log.lines
+
+
+def test_ui_refuses_a_busy_port(capsys):
+    from pipeline.ui import main
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["--port", str(port)]) == 2
+    assert f"port {port} on 127.0.0.1 is in use" in capsys.readouterr().err
+
+
 def test_unknown_deployment_is_refused(monkeypatch):
     from pipeline.resources import deployment_name
 
@@ -256,6 +322,18 @@ def test_params_file_is_composed_config(tmp_path):
     assert main(["experiment=demo", "collect.n_episodes=3", "--check", "--output", str(out)]) == 0
     assert main(["--check", "--output", str(out)]) == 1
     assert main(["env.nope=1", "--output", str(out)]) == 2
+
+
+def test_params_written_to_dev_stdout_go_through_the_stream(tmp_path):
+    """A device path is written through, never replaced by a rename (as root that would swap /dev/stdout's link
+    for a file)."""
+    out = tmp_path / "params.yaml"
+    with open(out, "w") as f:
+        proc = subprocess.run([PY, "-m", "pipeline.params", "experiment=demo", "--output", "/dev/stdout"], cwd=ROOT,
+                              stdout=f, stderr=subprocess.PIPE, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert os.path.islink("/dev/stdout")
+    assert yaml.safe_load(out.read_text())["experiment"] == "demo"
 
 
 def test_dvc_exp_run_set_param_changes_what_the_stage_runs(tmp_path):

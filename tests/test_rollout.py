@@ -96,3 +96,16 @@ def test_parquet_round_trip_and_corrupt_file_named(family, tmp_path):
     pq.write_table(pa.table({"x": [1]}), foreign)
     with pytest.raises(TrajectoryFileError, match="foreign.parquet.*not a TalentRL"):
         read_trajectories(foreign)
+
+
+def test_parallel_workers_keep_spec_order_and_one_bar_counts_all_of_them(family, capsys):
+    import talentrl_core.rollout as rollout
+
+    tasks = family.tasks("train")
+    specs = [EpisodeSpec(t) for t in tasks]
+    trajs = rollout.run_episodes_parallel(family.make, specs, lambda i: ExpertPolicy(), RolloutSettings(max_steps=20),
+                                          workers=2, progress=True)
+    assert [t.task_id for t in trajs] == [t.task_id for t in tasks] and all(t.success for t in trajs)
+    assert rollout._EPISODES_DONE.value == len(tasks)
+    err = capsys.readouterr().err
+    assert f"{len(tasks)}/{len(tasks)}" in err and "x2]" in err  # the bar's final state: all workers' episodes

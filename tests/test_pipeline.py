@@ -540,12 +540,6 @@ def test_a_crashed_stage_marks_its_wandb_run_failed(tmp_path, monkeypatch):
 # ---------------------------------------------------------------------------------------------- webserver
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 LAUNCH = """
 mutation Launch($params: ExecutionParams!) {
   launchRun(executionParams: $params) {
@@ -555,7 +549,6 @@ mutation Launch($params: ExecutionParams!) {
     ... on RunConfigValidationInvalid { errors { message } }
   }
 }"""
-STATUS = 'query Status($id: ID!) { runOrError(runId: $id) { ... on Run { status } } }'
 
 
 @_needs("collect")
@@ -563,33 +556,10 @@ def test_webserver_launches_a_run_through_graphql(tmp_path, session_cache):
     """dagster-webserver on a free loopback port; launchRun (GraphQL) materialises trajectories."""
     import httpx
 
-    from pipeline.ui import descendants, reap
+    from tests.dagster_web import wait_run, webserver
 
-    home = tmp_path / "dagster_home"
-    home.mkdir()
-    # No daemon here: the default coordinator launches the run at once (dagster dev queues it).
-    (home / "dagster.yaml").write_text(
-        "run_coordinator:\n  module: dagster.core.run_coordinator\n  class: DefaultRunCoordinator\n"
-        "telemetry:\n  enabled: false\n"
-    )
-    port = _free_port()
-    env = dict(os.environ, DAGSTER_HOME=str(home))
     t0 = time.time()
-    proc = subprocess.Popen(
-        [str(Path(PY).parent / "dagster-webserver"), "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
-        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "webserver.log", "w"),
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        while True:
-            assert proc.poll() is None, (tmp_path / "webserver.log").read_text()[-3000:]
-            assert time.time() - t0 < 180, "webserver not ready in 180 s"
-            try:
-                if httpx.get(f"{url}/server_info", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.5)
+    with webserver(tmp_path) as url:
         ready_s = time.time() - t0
         artifacts = tmp_path / "artifacts"
         overrides = [f"artifacts_dir={artifacts}", f"env.cache_dir={session_cache}", "experiment=demo",
@@ -602,24 +572,8 @@ def test_webserver_launches_a_run_through_graphql(tmp_path, session_cache):
         reply = httpx.post(f"{url}/graphql", json={"query": LAUNCH, "variables": {"params": params}}, timeout=60).json()
         launched = reply["data"]["launchRun"]
         assert launched["__typename"] == "LaunchRunSuccess", launched
-        run_id = launched["run"]["runId"]
-        status = None
-        while status not in ("SUCCESS", "FAILURE", "CANCELED"):
-            assert time.time() - t0 < 420, f"run {run_id} still {status}"
-            time.sleep(1)
-            q = httpx.post(f"{url}/graphql", json={"query": STATUS, "variables": {"id": run_id}}, timeout=30).json()
-            status = q["data"]["runOrError"]["status"]
-        assert status == "SUCCESS"
+        assert wait_run(url, launched["run"]["runId"], t0 + 420) == "SUCCESS"
         print(f"webserver ready in {ready_s:.1f}s; run finished {time.time() - t0:.1f}s after start")
-    finally:
-        children = descendants(proc.pid)
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        reap(children)
 
     with dg.DagsterInstance.from_config(str(home)) as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey("trajectories"))

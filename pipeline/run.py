@@ -198,7 +198,8 @@ def run_stage(stage: str, cfg, indent: int | None = 2) -> int:
             raise
         print(f"{stage}: error: {e}\n(set TALENTRL_TRACEBACK=1 for the traceback)", file=sys.stderr)
         return 1
-    print(json.dumps(meta, indent=indent, sort_keys=True, default=str), flush=True)
+    if int(os.environ.get("RANK", "0")) == 0:  # under torchrun / accelerate launch only the main process prints
+        print(json.dumps(meta, indent=indent, sort_keys=True, default=str), flush=True)
     return 0
 
 

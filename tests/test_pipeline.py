@@ -575,6 +575,6 @@ def test_webserver_launches_a_run_through_graphql(tmp_path, session_cache):
         assert wait_run(url, launched["run"]["runId"], t0 + 420) == "SUCCESS"
         print(f"webserver ready in {ready_s:.1f}s; run finished {time.time() - t0:.1f}s after start")
 
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with dg.DagsterInstance.from_config(str(tmp_path / "dagster_home")) as instance:
         event = instance.get_latest_materialization_event(dg.AssetKey("trajectories"))
         assert event.asset_materialization.tags["dagster/data_version"] == dir_md5(artifacts / "trajectories")

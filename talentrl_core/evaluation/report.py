@@ -43,6 +43,7 @@ import numpy as np
 from ..io import write_json, write_text
 from .markdown import md_table
 from .headline import headline, rl_curves_csv
+from .schema import check as check_schema
 from .plots import plot_confusion, plot_rl_curves, plot_success_by_panel, plot_success_by_task_type, save_png
 from .talent_effect import plot_strategy_matrix, talent_section
 from .stats import avg_at_k, bootstrap_ci, intervals_overlap, mcnemar_exact, wilson_ci
@@ -279,39 +280,8 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def _check_interval(v: Any, path: str) -> None:
-    if not (isinstance(v, (list, tuple)) and len(v) == 2 and all(_is_num(x) for x in v)):
-        raise ValueError(f"{path}: expected [lo, hi] of two finite numbers, got {v!r}")
-    lo, hi = v
-    if not 0.0 <= lo <= hi <= 1.0:
-        raise ValueError(f"{path}: expected 0 <= lo <= hi <= 1, got {v!r}")
-
-
-def _check_rate(v: Any, path: str) -> None:
-    if not (_is_num(v) and 0.0 <= v <= 1.0):
-        raise ValueError(f"{path}: expected a number in [0, 1], got {v!r}")
-
-
-def _check_count(v: Any, path: str) -> None:
-    if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
-        raise ValueError(f"{path}: expected an int >= 0, got {v!r}")
-
-
-def _check_success_block(b: Any, path: str) -> None:
-    if not isinstance(b, Mapping):
-        raise ValueError(f"{path}: expected a dict with success, ci95, n; got {type(b).__name__}")
-    for k in ("success", "ci95", "n"):
-        if k not in b:
-            raise ValueError(f"{path}.{k}: missing")
-    _check_rate(b["success"], f"{path}.success")
-    _check_interval(b["ci95"], f"{path}.ci95")
-    _check_count(b["n"], f"{path}.n")
-    if "tokens_per_episode" in b and not (_is_num(b["tokens_per_episode"]) and b["tokens_per_episode"] >= 0):
-        raise ValueError(f"{path}.tokens_per_episode: expected a finite number >= 0, got {b['tokens_per_episode']!r}")
-
-
 def validate_metrics(d: Any) -> dict:
-    """Check the metrics dict's shape (module docstring); raise ``ValueError`` naming the bad path.
+    """Check the metrics dict's shape (``evaluation.schema``, pydantic); raise ``ValueError`` naming the bad path.
 
     Paths are dotted, e.g. ``systems.talentrl.textworld.ci95``. Returns ``d`` unchanged.
 
@@ -320,45 +290,9 @@ def validate_metrics(d: Any) -> dict:
     >>> validate_metrics({"schema": 1, "systems": {"s": {"p": {"success": 0.5, "ci95": [0.2], "n": 4}}}})
     Traceback (most recent call last):
     ...
-    ValueError: systems.s.p.ci95: expected [lo, hi] of two finite numbers, got [0.2]
+    ValueError: systems.s.p.ci95.1: Field required, got [0.2]
     """
-    if not isinstance(d, Mapping):
-        raise ValueError(f"<root>: expected a dict, got {type(d).__name__}")
-    if d.get("schema") != SCHEMA_VERSION:
-        raise ValueError(f"schema: expected {SCHEMA_VERSION}, got {d.get('schema')!r}")
-    systems = d.get("systems")
-    if not isinstance(systems, Mapping) or not systems:
-        raise ValueError(f"systems: expected a non-empty dict of systems, got {systems!r}")
-    for s, panels in systems.items():
-        if not isinstance(s, str):
-            raise ValueError(f"systems.{s!r}: system names must be strings")
-        if not isinstance(panels, Mapping) or not panels:
-            raise ValueError(f"systems.{s}: expected a non-empty dict of panels, got {panels!r}")
-        for p, block in panels.items():
-            path = f"systems.{s}.{p}"
-            _check_success_block(block, path)
-            ptt = block.get("per_task_type")
-            if ptt is not None:
-                if not isinstance(ptt, Mapping):
-                    raise ValueError(f"{path}.per_task_type: expected a dict of task types")
-                for t, tb in ptt.items():
-                    _check_success_block(tb, f"{path}.per_task_type.{t}")
-            ak = block.get("avg_at_k")
-            if ak is not None:
-                if not isinstance(ak, Mapping) or "value" not in ak or "ci95" not in ak or "k" not in ak:
-                    raise ValueError(f"{path}.avg_at_k: expected a dict with k, value, ci95")
-                _check_rate(ak["value"], f"{path}.avg_at_k.value")
-                _check_interval(ak["ci95"], f"{path}.avg_at_k.ci95")
-                _check_count(ak["k"], f"{path}.avg_at_k.k")
-            if "routing_accuracy" in block:
-                _check_rate(block["routing_accuracy"], f"{path}.routing_accuracy")
-    training = d.get("training")
-    if training is not None:
-        if not isinstance(training, Mapping):
-            raise ValueError(f"training: expected a dict of systems, got {type(training).__name__}")
-        for s, t in training.items():
-            if not isinstance(t, Mapping) or not all(_is_num(v) for v in t.values()):
-                raise ValueError(f"training.{s}: expected a dict of numbers, got {t!r}")
+    check_schema(d)
     return d  # type: ignore[return-value]
 
 

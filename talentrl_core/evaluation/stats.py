@@ -2,17 +2,19 @@
 
 * ``wilson_ci``       — Wilson score interval of a binomial proportion (Wilson 1927; Brown, Cai &
   DasGupta 2001 recommend it over the normal/Wald interval at small n). Greedy success per panel.
-* ``bootstrap_ci``    — percentile bootstrap interval of a mean (Efron & Tibshirani 1993), seeded.
+* ``bootstrap_ci``    — percentile bootstrap interval of a mean (Efron & Tibshirani 1993; ``scipy.stats.bootstrap``), seeded.
   Used for avg@k, where the unit is a task (mean over its k sampled attempts), not an episode.
 * ``avg_at_k``        — mean over tasks of each task's mean success over its sampled attempts.
 * ``intervals_overlap`` — whether two intervals share a point (a conservative "not clearly different").
 * ``mcnemar_exact``   — exact McNemar test of two systems run on the *same* tasks (paired): a two-sided
   binomial test on the discordant tasks (McNemar 1947). Sharper than comparing two unpaired intervals.
+
+The Wilson interval and the binomial test are scipy's (``scipy.stats.binomtest``); the doctests keep hand-computed
+values as cross-checks.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Sequence
 
 import numpy as np
@@ -37,12 +39,10 @@ def wilson_ci(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
         raise ValueError(f"wilson_ci needs 0 <= successes <= n, got successes={successes}, n={n}")
     if n == 0:
         return (0.0, 1.0)
-    p = successes / n
-    z2 = z * z
-    denom = 1.0 + z2 / n
-    centre = (p + z2 / (2 * n)) / denom
-    half = z / denom * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    from scipy.stats import binomtest, norm
+
+    ci = binomtest(successes, n).proportion_ci(confidence_level=float(2 * norm.cdf(z) - 1), method="wilson")
+    return (max(0.0, float(ci.low)), min(1.0, float(ci.high)))
 
 
 def bootstrap_ci(
@@ -63,11 +63,13 @@ def bootstrap_ci(
         raise ValueError("bootstrap_ci needs at least one value")
     if n_boot < 1 or not 0.0 < alpha < 1.0:
         raise ValueError(f"bootstrap_ci needs n_boot >= 1 and 0 < alpha < 1, got n_boot={n_boot}, alpha={alpha}")
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, x.size, size=(n_boot, x.size))  # (n_boot, n)
-    means = x[idx].mean(axis=1)  # (n_boot,)
-    lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
-    return (float(lo), float(hi))
+    if np.all(x == x[0]):  # no spread: scipy reports a degenerate distribution
+        return (float(x[0]), float(x[0]))
+    from scipy.stats import bootstrap
+
+    res = bootstrap((x,), np.mean, n_resamples=n_boot, confidence_level=1 - alpha, method="percentile",
+                    rng=np.random.default_rng(seed))
+    return (float(res.confidence_interval.low), float(res.confidence_interval.high))
 
 
 def avg_at_k(successes_by_task: Sequence[Sequence[float]]) -> float:
@@ -113,9 +115,8 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     """
     if a_only < 0 or b_only < 0:
         raise ValueError("discordant counts must be >= 0")
-    n = a_only + b_only
-    if n == 0:
+    if a_only + b_only == 0:
         return 1.0
-    k = min(a_only, b_only)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n
-    return float(min(1.0, 2 * tail))
+    from scipy.stats import binomtest
+
+    return float(min(1.0, binomtest(a_only, a_only + b_only, 0.5).pvalue))

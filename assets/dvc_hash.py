@@ -1,57 +1,56 @@
-"""DVC's content hashes, computed without DVC, so Dagster data versions equal the md5s in dvc.lock.
+"""DVC's content hashes through DVC's own library (dvc-data), so Dagster data versions equal the md5s in dvc.lock.
 
-DVC 3 (``hash: md5``): a file's hash is the md5 of its bytes; a folder's is the md5 of the JSON list
-``[{"md5": <file md5>, "relpath": <posix path>}, ...]`` sorted by relpath, dumped with
-``json.dumps(..., sort_keys=True)``, plus the suffix ``.dir`` (dvc_data ``hashfile/tree.py``:
-``Tree.as_list`` / ``as_bytes`` / ``digest``). Empty folders contribute nothing. Files that
-``.dvcignore`` excludes are skipped here too (``IGNORED`` mirrors the repository's ``.dvcignore``).
-tests/test_pipeline.py checks the result against ``dvc commit``'s lock entry.
+A file's hash is the md5 of its bytes; a folder's is dvc-data's tree digest (``<md5>.dir``). Files that the
+``.dvcignore`` of the DVC repository holding the path excludes are skipped, as ``dvc commit`` skips them.
+tests/test_pipeline.py checks the result against ``dvc add``/``dvc commit``'s lock entries.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import hashlib
-import json
+import functools
 import os
+import tempfile
 from pathlib import Path
 
-IGNORED = ("__pycache__", "*.pyc", ".ipynb_checkpoints")
-"Basename patterns excluded, as in the repository's .dvcignore."
 
-_CHUNK = 1 << 20
+IGNORED = ("__pycache__", "*.pyc", ".ipynb_checkpoints")
+"What the repository's .dvcignore excludes (documentation; the file itself is what counts)."
+
+
+@functools.lru_cache(maxsize=1)
+def _fs_and_odb():
+    from dvc_data.hashfile.db import HashFileDB
+    from dvc_objects.fs.local import LocalFileSystem
+
+    fs = LocalFileSystem()
+    return fs, HashFileDB(fs, tempfile.mkdtemp(prefix="talentrl-dvc-hash-"))  # dry runs never write to it
+
+
+def _repo_root(path: Path) -> Path:
+    """The DVC repository holding ``path`` (its ``.dvcignore`` applies), else the path's own folder."""
+    path = path.resolve()
+    return next((p for p in [path, *path.parents] if (p / ".dvc").is_dir()), path if path.is_dir() else path.parent)
+
+
+def _build(path: Path) -> str:
+    from dvc.ignore import DvcIgnoreFilter
+    from dvc_data.hashfile.build import build
+
+    fs, odb = _fs_and_odb()
+    ignore = DvcIgnoreFilter(fs, str(_repo_root(path)))
+    _, _, obj = build(odb, str(path.resolve()), fs, "md5", dry_run=True, ignore=ignore)
+    return obj.hash_info.value
 
 
 def file_md5(path: str | os.PathLike) -> str:
-    h = hashlib.md5()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(_CHUNK), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    from dvc_data.hashfile.hash import file_md5 as md5
+
+    return md5(str(path))
 
 
-def _ignored(name: str, ignored: tuple[str, ...]) -> bool:
-    return any(fnmatch.fnmatchcase(name, pat) for pat in ignored)
-
-
-def dir_entries(path: str | os.PathLike, ignored: tuple[str, ...] = IGNORED) -> list[dict]:
-    """The sorted ``[{"md5", "relpath"}]`` list DVC hashes for a folder."""
-    root = Path(path)
-    entries = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if not _ignored(d, ignored)]
-        for name in filenames:
-            if _ignored(name, ignored):
-                continue
-            full = Path(dirpath) / name
-            entries.append({"md5": file_md5(full), "relpath": full.relative_to(root).as_posix()})
-    return sorted(entries, key=lambda e: e["relpath"])
-
-
-def dir_md5(path: str | os.PathLike, ignored: tuple[str, ...] = IGNORED) -> str:
-    """DVC's hash of a folder: ``<md5 of the sorted entry list as JSON>.dir``."""
-    payload = json.dumps(dir_entries(path, ignored), sort_keys=True).encode("utf-8")
-    return hashlib.md5(payload).hexdigest() + ".dir"
+def dir_md5(path: str | os.PathLike) -> str:
+    """DVC's hash of a folder: ``<md5 of the tree>.dir``."""
+    return _build(Path(path))
 
 
 def dvc_md5(path: str | os.PathLike) -> str:

@@ -16,6 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
+CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
+"""Passed to every ``apply_chat_template`` of the policy (prompts, SFT labels, RL samples). The agent reasons in its
+own ``<think>`` inside the reply format, so a template's native thinking mode is off: Qwen3's template then puts its
+empty ``<think></think>`` block into the generation prompt, and the label is exactly the reply the action trie
+allows. Templates without the variable ignore it."""
+
+
 def _last_tag(text: str, tag: str) -> Optional[str]:
     """The body of the last complete ``<tag>…</tag>`` in linear time (a regex over a flood of unclosed tags is
     quadratic: seconds for a 64 kB completion). None when there is none.

@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 from .envs.base import INVALID_ACTION_OBS, Env, Task
 from .generation import GenRequest, GenResult
 from .prompts import (
+    CHAT_TEMPLATE_KWARGS,
     ExecContext,
     SkillView,
     TalentView,
@@ -163,7 +164,8 @@ class LLMPolicy:
         self.name = name
 
     def prompt_ids(self, messages: list[dict]) -> list[int]:
-        return self.tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
+        return self.tok.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=True,
+                                            **CHAT_TEMPLATE_KWARGS)["input_ids"]
 
     def complete(self, items):
         if hasattr(self.gen, "generate_chat"):  # OpenAI-compatible endpoint: chat in, text out

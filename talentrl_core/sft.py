@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 
 from .config import ModelConfig, SFTConfig
 from .io import atomic_dir, disk_full_named, remove_orphans, write_json
-from .prompts import ExecContext, execution_messages, format_action, format_talent, routing_messages, shown_id
+from .prompts import CHAT_TEMPLATE_KWARGS, ExecContext, execution_messages, format_action, format_talent, routing_messages, shown_id
 from .rollout import Knowledge
 from .trajectories import Trajectory
 from .workdir import JOB_FILE, claim, say, set_aside
@@ -124,7 +124,8 @@ _GENERATION_TAG = re.compile(r"\{%-?\s*generation\s*-?%\}")
 
 
 def _render(tok, messages: list[dict], add_generation_prompt: bool = False) -> list[int]:
-    out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=add_generation_prompt)
+    out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, add_generation_prompt=add_generation_prompt,
+                                  **CHAT_TEMPLATE_KWARGS)
     return list(out["input_ids"])
 
 
@@ -175,7 +176,8 @@ def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
     is never cut.
     """
     if _GENERATION_TAG.search(tok.chat_template or ""):
-        out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
+        out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+                                      **CHAT_TEMPLATE_KWARGS)
         ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     else:
         ids, mask = assistant_mask_by_prefix(tok, messages)

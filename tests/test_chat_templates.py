@@ -12,6 +12,7 @@ import pytest
 import trl
 
 from talentrl_core.models import train_tokenizer
+from talentrl_core.prompts import CHAT_TEMPLATE_KWARGS
 from talentrl_core.sft import tokenize_sample
 
 TEMPLATES = Path(trl.__file__).parent / "chat_templates"
@@ -44,8 +45,11 @@ def _label(tok, sample) -> str:
 def test_mask_is_exactly_what_the_model_generates(tok):
     s = tokenize_sample(tok, ROUTE, 10_000)
     label = _label(tok, s)
-    assert label.endswith("<talent>T2</talent>" + tok.eos_token)
-    prompt = tok.apply_chat_template(ROUTE[:-1], tokenize=True, return_dict=True, add_generation_prompt=True)["input_ids"]
+    # exactly the reply and the end of turn: Qwen3's empty <think></think> block sits in the prompt (thinking mode
+    # off, prompts.CHAT_TEMPLATE_KWARGS), so the label is what the constrained action/talent trie allows
+    assert label == "<talent>T2</talent>" + tok.eos_token, label
+    prompt = tok.apply_chat_template(ROUTE[:-1], tokenize=True, return_dict=True, add_generation_prompt=True,
+                                     **CHAT_TEMPLATE_KWARGS)["input_ids"]
     first = s["assistant_masks"].index(1)
     assert s["input_ids"][:first] == list(prompt)  # everything before the label is the inference prompt
     assert sum(s["assistant_masks"]) == len(s["input_ids"]) - first - (len(s["input_ids"]) - 1 - max(

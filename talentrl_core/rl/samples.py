@@ -26,6 +26,7 @@ from typing import Optional, Sequence
 import torch
 
 from ..generation import TokenTrie, completion_trie, constrained_mask
+from ..prompts import CHAT_TEMPLATE_KWARGS
 from ..rollout import action_completions
 from ..trajectories import Trajectory
 
@@ -60,7 +61,8 @@ def chat_prompt_ids(tokenizer, messages: list[dict], keep: Optional[int] = None)
     The same ids ``LLMPolicy.prompt_ids`` fed the generator, which keeps the last ``max_context −
     max_new_tokens`` of them (the current observation sits at the end).
     """
-    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=True)["input_ids"]
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=True,
+                                        **CHAT_TEMPLATE_KWARGS)["input_ids"]
     return list(ids[-keep:]) if keep else list(ids)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sys
 from enum import Enum
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +32,12 @@ cs.store(name="talentrl_schema", node=TalentRLConfig)
 
 class ConfigError(ValueError):
     """A config that does not compose or validate; the message names the key and the choices."""
+
+
+def refuse(err: Exception) -> int:
+    """The command lines' answer to a config that does not compose: ``config error: …`` on stderr, exit code 2."""
+    print(f"config error: {err}", file=sys.stderr)
+    return 2
 
 
 def _fields_of(path: str) -> list[str] | None:

@@ -56,13 +56,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 if params.yaml differs from these overrides' config")
     p.add_argument("--output", type=Path, default=PARAMS_FILE)
     args = p.parse_args(argv)
-    from .config import ConfigError
+    from .config import ConfigError, refuse
 
     try:
         text = render(args.overrides)
     except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+        return refuse(e)
     if args.check:
         same = args.output.exists() and args.output.read_text() == text
         print(f"{args.output}: {'up to date' if same else 'stale: rerun python -m pipeline.params ' + shlex.join(args.overrides)}")

@@ -101,20 +101,18 @@ def _with_hydra(stage: str, rest: list[str]) -> int:
     import hydra
 
     from . import sweep
-    from .config import CONF_DIR
+    from .config import CONF_DIR, refuse
 
     multirun = "-m" in rest or "--multirun" in rest
     overrides = _overrides_of(rest)
     try:
         combos = sweep.expand(overrides) if multirun else [overrides]
     except Exception as e:  # Hydra's override grammar
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+        return refuse(e)
     if not ({"--help", "-h", "--hydra-help"} & set(rest)):
         err = _check(combos)
         if err:
-            print(f"config error: {err}", file=sys.stderr)
-            return 2
+            return refuse(err)
     codes: list[int] = []
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config")
@@ -135,12 +133,12 @@ def _hydra_job(stage: str, cfg, multirun: bool) -> int:
     from omegaconf import OmegaConf
 
     from . import sweep
+    from .config import refuse
 
     try:
         obj = OmegaConf.to_object(cfg)
     except ValueError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+        return refuse(e)
     if multirun:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
         linked = sweep.link_inputs(stage, Path(obj.artifacts_dir), run_dir)
@@ -157,7 +155,7 @@ def _from_params(stage: str, rest: list[str]) -> int:
     import yaml
 
     from . import sweep
-    from .config import ConfigError, config_from_values, differences, load_config, to_plain
+    from .config import ConfigError, config_from_values, differences, load_config, refuse, to_plain
 
     i = rest.index("--params")
     extra = rest[:i] + rest[i + 2:]
@@ -171,8 +169,7 @@ def _from_params(stage: str, rest: list[str]) -> int:
         cfg = config_from_values(values, str(path))
         composed = load_config(overrides)
     except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+        return refuse(e)
     edits = differences(composed, cfg)
     if edits:
         shown = ", ".join(f"{k}={v[1]!r} (conf/ gives {v[0]!r})" for k, v in list(edits.items())[:12])

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 from pathlib import Path
 from typing import Sequence
 
 import yaml
-
-from .env import ROOT
 
 MAX_VALIDATED = 256  # sweep combinations composed before launch (a larger sweep is validated by Hydra per job)
 
@@ -76,14 +75,5 @@ def read_params(path: Path) -> tuple[dict, list[str]]:
         raise ConfigError(f"{path}: not valid YAML ({e})") from e
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping of config sections, got {type(data).__name__}")
-    import shlex
-
     overrides = shlex.split(str(data.pop("overrides", "") or ""))
     return data, overrides
-
-
-def relative_to_root(path: Path) -> str:
-    try:
-        return path.resolve().relative_to(ROOT).as_posix()
-    except ValueError:
-        return str(path)

@@ -51,7 +51,7 @@ def summarise(rows: list[dict], checkpoint: str) -> dict:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from pipeline.config import ConfigError, load_config
+    from pipeline.config import ConfigError, load_config, refuse
     from talentrl_core.io import write_json, write_text
 
     p = argparse.ArgumentParser(prog="python -m pipeline.talent_matrix", description=__doc__.split("\n\n")[0])
@@ -63,8 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.overrides)
     except ConfigError as e:
-        print(f"config error: {e}", file=sys.stderr)
-        return 2
+        return refuse(e)
     rows, metrics = talent_matrix(cfg, args.checkpoint, args.n)
     write_text(args.out / "episodes.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     write_json(args.out / "metrics.json", metrics)

@@ -35,13 +35,12 @@ def rl_curves_csv(histories: Mapping[str, Sequence[Mapping]]) -> str:
     update,talentrl_reward,talentrl_success,talentrl_routing_entropy
     1,0.5,0.5,
     """
-    names = {key: key.split("/")[-1] if key != "route/entropy" else "routing_entropy" for key, _ in CURVES}
-    columns = [(s, key) for s in histories for key, _ in CURVES]
+    columns = [(s, key, name) for s in histories for key, name, _ in CURVES]
     steps = sorted({h.get("step", i + 1) for hist in histories.values() for i, h in enumerate(hist)})
     by_step = {s: {h.get("step", i + 1): h for i, h in enumerate(hist)} for s, hist in histories.items()}
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["update"] + [f"{s}_{names[k]}" for s, k in columns])
+    w.writerow(["update"] + [f"{s}_{name}" for s, _, name in columns])
     for step in steps:
-        w.writerow([step] + [by_step[s].get(step, {}).get(k, "") for s, k in columns])
+        w.writerow([step] + [by_step[s].get(step, {}).get(k, "") for s, k, _ in columns])
     return buf.getvalue()

@@ -91,7 +91,9 @@ def plot_confusion(counts: Mapping[str, Mapping[str, int]], path: Path, title: s
     save_png(fig, path)
 
 
-CURVES = (("rollout/reward", "mean reward"), ("rollout/success", "success"), ("route/entropy", "routing entropy (TalentRL)"))
+CURVES = (("rollout/reward", "reward", "mean reward"), ("rollout/success", "success", "success"),
+          ("route/entropy", "routing_entropy", "routing entropy (TalentRL)"))
+"(history key, rl_curves.csv column suffix, plot title) of each RL curve."
 
 
 def plot_rl_curves(histories: Mapping[str, Sequence[Mapping]], path: Path) -> None:
@@ -99,7 +101,7 @@ def plot_rl_curves(histories: Mapping[str, Sequence[Mapping]], path: Path) -> No
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(10, 3))
-    for k, (key, label) in enumerate(CURVES):
+    for k, (key, _, label) in enumerate(CURVES):
         ax = fig.add_subplot(1, len(CURVES), k + 1)
         for system, hist in histories.items():
             pts = [(h.get("step", i + 1), h[key]) for i, h in enumerate(hist) if h.get(key) is not None]

@@ -9,7 +9,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup data demo repro cpu-full test test-all ui bench clean clean-all
+.PHONY: setup data demo repro cpu-full webshop test test-all ui bench clean clean-all
 
 # Creates .venv from the committed lock when it is missing (idempotent: a stamp records the lock hash).
 # On a CPU-only machine, `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the lock's torch
@@ -40,6 +40,10 @@ repro: setup data
 # The longer CPU run of issue 6 (1 h 47 min on 2 cores, measured): same chain, experiment=cpu_full, also recorded in DVC.
 cpu-full: setup
 	$(PY) -m pipeline.demo experiment=cpu_full
+
+# WebShop (1,000 products, 500 test goals): same chain with experiment=webshop, also recorded in DVC.
+webshop: setup data
+	$(PY) -m pipeline.demo experiment=webshop
 
 test: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -37,6 +37,7 @@ class EnvName(StrEnum):
     alfworld = "alfworld"
     textworld = "textworld"
     qa = "qa"
+    webshop = "webshop"
 
 
 class ModelKind(StrEnum):
@@ -85,7 +86,7 @@ class TrackerMode(StrEnum):
 @dataclass
 class EnvConfig:
     name: EnvName = EnvName.textworld
-    "Environment family: alfworld, textworld or qa."
+    "Environment family: alfworld, textworld, qa or webshop."
     max_steps: int = 30
     "Episode step limit (turns); the episode fails when reached."
     step_timeout_s: float = 60.0
@@ -125,6 +126,17 @@ class EnvConfig:
     "URL of a Search-R1-style /retrieve server when retriever=http."
     topk: int = 3
     "Passages returned per search."
+    # WebShop
+    webshop_products: str = "${data_dir}/webshop/minimal_documents_1000.jsonl"
+    "WebShop catalogue: processed products in {id, contents, product} JSONL (the 1,000-product small setting)."
+    webshop_instructions: str = "${data_dir}/webshop/items_ins_v2_1000.json"
+    "WebShop instructions and instruction attributes per ASIN (items_ins_v2)."
+    webshop_seed: int = 233
+    "Seed of WebShop's prices, price bounds and the test/train goal split (233, as WebShop)."
+    webshop_n_test: int = 500
+    "WebShop goals in the test split (the rest are train)."
+    webshop_index: str = "memory"
+    "WebShop search index: memory (BM25 in RAM) or mmap (saved once under cache_dir, memory-mapped)."
     cache_dir: str = "${oc.env:TALENTRL_CACHE_DIR,${artifacts_dir}/cache}"
     "Where unpacked and generated games are cached; set TALENTRL_CACHE_DIR to share one cache between clones (games are deterministic per challenge, settings and seed)."
 
@@ -137,6 +149,10 @@ class EnvConfig:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")
         if self.expert not in ("handcoded", "walkthrough", "planner"):
             raise ValueError(f"env.expert={self.expert!r}: choose handcoded, walkthrough or planner")
+        if self.webshop_index not in ("memory", "mmap"):
+            raise ValueError(f"env.webshop_index={self.webshop_index!r}: choose memory or mmap")
+        if self.webshop_n_test < 1:
+            raise ValueError(f"env.webshop_n_test must be >= 1, got {self.webshop_n_test}")
         if self.retriever not in ("bm25", "dense", "http"):
             raise ValueError(f"env.retriever={self.retriever!r}: choose bm25, dense or http")
 
@@ -451,7 +467,7 @@ class EvalConfig:
     )
     "Systems compared in one table."
     panels: list[str] = field(default_factory=lambda: ["textworld"])
-    "Panels: textworld, alfworld_valid_seen, alfworld_valid_unseen, qa_<set>."
+    "Panels: textworld, webshop, alfworld_valid_seen, alfworld_valid_unseen, qa_<set>."
     n_per_panel: int = 50
     "Tasks per panel (a seeded subset; 0: all)."
     n_by_panel: dict[str, int] = field(default_factory=dict)

@@ -106,6 +106,8 @@ def parse_for_env(env: str, completion: str) -> Optional[str]:
 RULES = {
     "alfworld": "You are a household agent. Reply with <think>brief plan</think><action>one admissible command</action>.",
     "textworld": "You play a text game. Reply with <think>brief plan</think><action>one admissible command</action>.",
+    "webshop": "You shop on a website for what the task asks. Reply with <think>brief plan</think><action>search[query] or "
+               "click[one admissible button]</action>.",
     "qa": (
         "Answer the question. Reason in <think></think>. To look something up write "
         "<search>query</search>; results come back in <information></information>. "

@@ -68,3 +68,13 @@ def test_bench_stages_compares_before_and_today(tmp_path, shared_data):
     assert all(r["before"] > 0 and r["today"] > 0 for r in rows.values())
     toks = rows["rollout"]["prefilled_tokens_per_step"]
     assert toks["today"] < toks["before"]  # later turns re-read only the changed tail of the prompt
+
+
+def test_bench_webshop_prints_latency_ratio_and_projection(tmp_path, shared_data):
+    stdout = _run("bench_webshop.py", "--data-dir", str(shared_data), "--episodes", "20", "--queries", "10",
+                  "--scales", "1000,2000", tmp_path=tmp_path)
+    figures = json.loads(stdout.strip().splitlines()[-1])
+    assert figures["env"]["expert_success"] >= 0.9 and figures["env"]["steps_per_s"] > 0
+    assert [r["backend"] for r in figures["search"]] == ["rank_bm25 (baseline)", "memory", "mmap"]
+    assert figures["scale"][-1]["products"] == 1_181_436 and figures["scale"][-1]["projected"]
+    assert "ratio vs baseline" in stdout

@@ -18,7 +18,7 @@ from talentrl_core.evaluation import (
     validate_metrics,
     wilson_ci,
 )
-from talentrl_core.evaluation.report import write_report
+from talentrl_core.evaluation.report import render_markdown, write_report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -298,3 +298,17 @@ def test_each_system_reads_the_library_version_its_checkpoint_trained_on(tmp_pat
     assert pinned_library(cfg, tmp_path / "no-checkpoint").version == -1
     explicit = load_config([f"artifacts_dir={tmp_path}", "library.version=2"])
     assert pinned_library(explicit, paths.rl_checkpoint).version == 2
+
+
+def test_webshop_panel_reports_score_with_interval():
+    rewards = [1.0, 0.5, 0.0, 0.75]
+    rs = [EpisodeResult("talent_sft", "webshop", f"w{i}", "fashion", r == 1.0, r, 10) for i, r in enumerate(rewards)]
+    rs += [EpisodeResult("talent_sft", "tw", f"t{i}", "a", True, 1.0, 10) for i in range(2)]
+    m = build_metrics(rs, n_boot=200)
+    block = m["systems"]["talent_sft"]["webshop"]
+    assert block["score"] == pytest.approx(56.25) and block["success"] == pytest.approx(0.25)
+    lo, hi = block["score_ci95"]
+    assert 0.0 <= lo <= 56.25 <= hi <= 100.0
+    assert "score" not in m["systems"]["talent_sft"]["tw"]
+    md = render_markdown(m)
+    assert "## Score (mean reward x 100)" in md and "| talent_sft | 56.2 [" in md

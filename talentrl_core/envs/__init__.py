@@ -18,6 +18,10 @@ def make_family(cfg: EnvConfig, cache_dir: str | Path):
         from .textworld_env import TextWorldFamily
 
         return TextWorldFamily(cfg, Path(cache_dir))
+    if name == EnvName.webshop:
+        from .webshop import WebShopFamily
+
+        return WebShopFamily(cfg, Path(cache_dir))
     from .qa import QAFamily
 
     return QAFamily(cfg, Path(cache_dir))

@@ -88,6 +88,23 @@ class EpisodeResult:
     "Steps whose action was unparseable or inadmissible."
 
 
+SCORE_PANELS = ("webshop",)
+"Panels whose literature reports a score (mean final reward x 100) next to the success rate."
+
+
+def score_section(metrics: Mapping, systems: list[str], panels: list[str]) -> list[str]:
+    """WebShop's score: mean final reward x 100 of the greedy episodes, 95% percentile bootstrap over tasks."""
+    S = metrics["systems"]
+    shown = [p for p in panels if any("score" in S[s].get(p, {}) for s in systems)]
+    if not shown:
+        return []
+    rows = [[s] + [f"{S[s][p]['score']:.1f} [{S[s][p]['score_ci95'][0]:.1f}, {S[s][p]['score_ci95'][1]:.1f}]"
+                   if "score" in S[s].get(p, {}) else "—" for p in shown] for s in systems]
+    return ["## Score (mean reward x 100)", "",
+            "Mean final reward x 100 of the greedy episodes (a purchase's partial reward counts), 95% percentile "
+            "bootstrap over tasks. Success above is reward 1.0.", "", md_table(["system"] + shown, rows), ""]
+
+
 def _as_result(r: Union[EpisodeResult, Mapping[str, Any]]) -> EpisodeResult:
     return r if isinstance(r, EpisodeResult) else EpisodeResult(**dict(r))
 
@@ -164,6 +181,9 @@ def build_metrics(
         block = _success_block(greedy, ci, z, n_boot, seed)
         block["ci_method"] = ci
         block["mean_reward"] = float(np.mean([e.reward for e in greedy]))
+        if panel in SCORE_PANELS:
+            lo, hi = bootstrap_ci([100.0 * e.reward for e in greedy], n_boot=n_boot, seed=seed)
+            block["score"], block["score_ci95"] = 100.0 * block["mean_reward"], [lo, hi]
         by_type: dict[str, list[EpisodeResult]] = defaultdict(list)
         for e in greedy:
             by_type[e.task_type].append(e)
@@ -398,7 +418,7 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     out += [f"Success rate of greedy episodes, 95% interval in brackets ({', '.join(methods)}), n = episodes.", ""]
     rows = [[s] + [f"{_fmt(S[s][p])} (n={S[s][p]['n']})" if p in S[s] else "—" for p in panels] for s in systems]
     out += [md_table(["system"] + panels, rows), ""]
-
+    out += score_section(metrics, systems, panels)
     out += integrity_section(metrics)
     out += ["## Tokens per episode", ""]
     rows = [[s] + [f"{S[s][p]['tokens_per_episode']:.1f}" if p in S[s] and "tokens_per_episode" in S[s][p] else "—"

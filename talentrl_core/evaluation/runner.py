@@ -13,7 +13,7 @@ Systems (one table, each a (checkpoint, routing, retrieval) triple):
 Writes ``metrics.json`` (with paired McNemar comparisons), ``report.md``, plots and ``episodes.jsonl`` (one
 line per episode) into ``artifacts/eval``.
 
-Panels: ``textworld`` (the fixed eval seeds), ``alfworld_valid_seen`` / ``alfworld_valid_unseen``, ``qa_<set>``;
+Panels: ``textworld`` (the fixed eval seeds), ``webshop`` (the 500 test goals), ``alfworld_valid_seen`` / ``alfworld_valid_unseen``, ``qa_<set>``;
 ``eval.n_per_panel`` (or ``eval.n_by_panel[panel]``) takes a seeded subset (same seed, same tasks for every system). Greedy decoding gives
 success and its 95% interval; ``eval.avg_k`` > 0 adds sampled attempts for avg@k.
 A system whose checkpoint does not exist yet is skipped and named in the result (never faked).
@@ -78,15 +78,19 @@ def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
         name, split = EnvName.textworld, "eval"
     elif panel.startswith("alfworld_"):
         name, split = EnvName.alfworld, panel[len("alfworld_"):]
+    elif panel == "webshop":
+        name, split = EnvName.webshop, "test"
     elif panel.startswith("qa_"):
         name, split = EnvName.qa, panel[len("qa_"):]
     else:
-        raise ValueError(f"unknown eval panel {panel!r}: use textworld, alfworld_valid_seen, alfworld_valid_unseen or qa_<set>")
+        raise ValueError(f"unknown eval panel {panel!r}: use textworld, webshop, alfworld_valid_seen, alfworld_valid_unseen "
+                         f"or qa_<set>")
     if cfg.env.name == name:
         return cfg.env, split
     e = EnvConfig(name=name, cache_dir=cfg.env.cache_dir)
     e.alfworld_archive = cfg.env.alfworld_archive
     e.qa_train_file, e.corpus = cfg.env.qa_train_file, cfg.env.corpus
+    e.webshop_products, e.webshop_instructions = cfg.env.webshop_products, cfg.env.webshop_instructions
     return e, split
 
 

@@ -94,6 +94,8 @@ ENV_DESC = {
     "'take apple 1 from desk 1', 'move apple 1 to shelf 1', 'heat/cool/clean X with Y', 'use desklamp 1'.",
     "textworld": "TextWorld text-adventure games; commands look like 'go east', 'open door', 'take coin', "
     "'unlock door with key', 'put X on Y'.",
+    "webshop": "WebShop online shopping; the agent writes search[query] on the search page, then clicks buttons: "
+    "click[<product id>], click[next >], click[<option value>], click[buy now].",
     "qa": "search-augmented question answering; the agent writes <search>query</search> to get passages "
     "and finishes with <answer>short answer</answer>.",
 }

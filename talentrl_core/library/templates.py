@@ -6,6 +6,8 @@ Entity names become placeholders so that trajectories of different games share p
   ``heat apple 1 with microwave 1`` → ``heat {obj} with {recep}``; ``look`` stays.
 * TextWorld: directions stay (``go east``); ``take coin`` → ``take {obj}``;
   ``unlock wooden door with key`` → ``unlock {obj} with {tool}``.
+* WebShop: ``search[…]`` → ``search[{query}]``; page buttons stay (``click[buy now]``, ``click[next >]``);
+  ``click[b07…]`` → ``click[{product}]``; any other click chooses an option → ``click[{option}]``.
 * QA (Search-R1 protocol): ``<search>…</search>`` → ``search {query}``; ``<answer>…</answer>`` → ``answer``.
 
 An invalid step (``valid=False``: unparseable or inadmissible) is ``(invalid command)``. A run of equal
@@ -29,6 +31,8 @@ FIXED = {"look", "inventory", "help", "wait", "prepare meal", "score", "goal"}
 PREPOSITIONS = ("from", "into", "onto", "in", "on", "to", "with", "under")
 _ALF_RECEP_VERBS = {"go", "open", "close"}
 _ALF_WITH_RECEP = {"heat", "cool", "clean"}
+_WEBSHOP_BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
+_ASIN = re.compile(r"^b[0-9a-z]{9}$")
 _QA_RE = re.compile(r"^\s*<(search|answer)>(.*?)</\1>\s*$", re.S)
 
 
@@ -38,6 +42,18 @@ def _slot(env: str, verb: str, prep: Optional[str]) -> str:
     if prep == "with":
         return "recep" if env == "alfworld" and verb in _ALF_WITH_RECEP else "tool"
     return "recep"
+
+
+def _webshop_template(a: str) -> str:
+    m = re.match(r"^(search|click)\[(.*)\]$", a)
+    if not m:
+        return INVALID
+    if m.group(1) == "search":
+        return "search[{query}]"
+    target = m.group(2).strip()
+    if target in _WEBSHOP_BUTTONS:
+        return f"click[{target}]"
+    return "click[{product}]" if _ASIN.match(target) else "click[{option}]"
 
 
 def abstract_action(env: str, action: Optional[str], valid: bool = True) -> str:
@@ -55,12 +71,18 @@ def abstract_action(env: str, action: Optional[str], valid: bool = True) -> str:
     'unlock {obj} with {tool}'
     >>> abstract_action("qa", "<search>capital of France</search>"), abstract_action("qa", "<answer>Paris</answer>")
     ('search {query}', 'answer')
+    >>> abstract_action("webshop", "search[red shoes]"), abstract_action("webshop", "click[B07XYZ1234]")
+    ('search[{query}]', 'click[{product}]')
+    >>> abstract_action("webshop", "click[buy now]"), abstract_action("webshop", "click[x-large]")
+    ('click[buy now]', 'click[{option}]')
     >>> abstract_action("alfworld", "go to desk 1", valid=False)
     '(invalid command)'
     """
     if not valid or not action or not action.strip():
         return INVALID
     a = " ".join(action.split()).lower()
+    if env == "webshop":
+        return _webshop_template(a)
     if env == "qa":
         m = _QA_RE.match(a)
         kind = m.group(1) if m else (a.split()[0].rstrip(":") if a.split()[0].rstrip(":") in ("search", "answer") else None)

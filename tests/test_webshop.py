@@ -1,0 +1,197 @@
+"""WebShop: catalogue, goals, split, search, reward formula, pages, expert (talentrl_core/envs/webshop*.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from talentrl_core.config import EnvConfig, EnvName
+from talentrl_core.envs import make_family
+from talentrl_core.envs.base import INVALID_ACTION_OBS, Task
+from talentrl_core.envs.webshop import WebShopEnv, play_expert
+from talentrl_core.envs.webshop_data import CatalogueError, Product, SearchIndex, goal_key, load_catalogue
+from talentrl_core.envs.webshop_reward import name_nouns, purchase_reward
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cfg(data: Path, **kw) -> EnvConfig:
+    cfg = EnvConfig(name=EnvName.webshop, max_steps=15)
+    cfg.webshop_products = str(data / "webshop" / "minimal_documents_1000.jsonl")
+    cfg.webshop_instructions = str(data / "webshop" / "items_ins_v2_1000.json")
+    for k, v in kw.items():
+        setattr(cfg, k, v)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def family(shared_data, tmp_path_factory):
+    return make_family(_cfg(shared_data), tmp_path_factory.mktemp("wscache"))
+
+
+def test_small_setting_goals_and_split(family):
+    shop = family.shop
+    assert len(shop.products) == 1000
+    assert len(shop.goals) == 6910
+    assert len({g["asin"] for g in shop.goals}) == 415
+    test, train = shop.splits["test"], shop.splits["train"]
+    assert len(test) == 500 and len(train) == 6410
+    assert not {goal_key(g) for g in test} & {goal_key(g) for g in train}
+    assert family.task_types() == ["beauty", "electronics", "fashion", "garden", "grocery"]
+    # the price rule: every bound is one of WebShop's multiples of 10 above the price (or no bound)
+    for g in shop.goals:
+        assert g["price_upper"] > shop.prices[g["asin"]]
+        assert (", and price lower than" in g["instruction_text"]) == (g["price_upper"] < 1e6)
+
+
+_SPLIT_DIGEST = """
+import hashlib, sys
+from pathlib import Path
+from talentrl_core.config import EnvConfig, EnvName
+from talentrl_core.envs import make_family
+data = Path(sys.argv[1])
+cfg = EnvConfig(name=EnvName.webshop)
+cfg.webshop_products = str(data / "webshop" / "minimal_documents_1000.jsonl")
+cfg.webshop_instructions = str(data / "webshop" / "items_ins_v2_1000.json")
+fam = make_family(cfg, sys.argv[2])
+print(hashlib.sha256("\\n".join(t.key for t in fam.tasks("test")).encode()).hexdigest())
+"""
+
+
+def test_split_is_the_same_in_another_process(family, shared_data, tmp_path):
+    here = hashlib.sha256("\n".join(t.key for t in family.tasks("test")).encode()).hexdigest()
+    out = subprocess.run([sys.executable, "-c", _SPLIT_DIGEST, str(shared_data), str(tmp_path)], cwd=REPO,
+                         capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "123", "PATH": ""})
+    assert out.stdout.strip().splitlines()[-1] == here
+
+
+def test_goal_product_scores_one(family):
+    shop = family.shop
+    for g in shop.splits["test"][:150]:
+        r = purchase_reward(shop.products[g["asin"]], g, shop.prices[g["asin"]], dict(g["goal_options"]))
+        assert r["reward"] == pytest.approx(1.0), (goal_key(g), r)
+
+
+def _product(**kw) -> Product:
+    base = dict(asin="B000000001", name="Acme Cotton Crew T-Shirt", title="Acme Cotton Crew T-Shirt",
+                description="A soft tee.", bullets=("Short sleeve",), attributes=("machine wash", "cotton"),
+                options={"color": ["red", "blue"], "size": ["small", "large"]}, pricing=(20.0,), price_tag="$20.0",
+                query="men's t-shirts", category="fashion", product_category="Clothing › Men › Shirts", contents="")
+    base.update(kw)
+    return Product(**base)
+
+
+GOAL = {"asin": "B000000001", "query": "men's t-shirts", "name": "Acme Cotton Crew T-Shirt",
+        "product_category": "Clothing › Men › Shirts", "attributes": ["machine wash", "short sleeve"],
+        "goal_options": {"color": "red", "size": "large"}, "price_upper": 30.0}
+
+
+def test_reward_formula_hand_computed():
+    p = _product()
+    ok = {"color": "red", "size": "large"}
+    # (2 attributes + 2 options + price) / (2 + 2 + 1) = 1; "short sleeve" matches through the bullet points
+    assert purchase_reward(p, GOAL, 20.0, ok)["reward"] == pytest.approx(1.0)
+    # a wrong option: (2 + 1 + 1) / 5
+    assert purchase_reward(p, GOAL, 20.0, {"color": "blue", "size": "large"})["reward"] == pytest.approx(0.8)
+    # no option chosen: (2 + 0 + 1) / 5
+    assert purchase_reward(p, GOAL, 20.0, {})["reward"] == pytest.approx(0.6)
+    # an attribute the product lacks: (1 + 2 + 1) / 5
+    goal = dict(GOAL, attributes=["machine wash", "waterproof"])
+    assert purchase_reward(p, goal, 20.0, ok)["reward"] == pytest.approx(0.8)
+    # the price above the bound: (2 + 2 + 0) / 5
+    r = purchase_reward(p, GOAL, 35.0, ok)
+    assert r["reward"] == pytest.approx(0.8) and r["r_price"] is False
+    # another product type: no query, category or title-noun overlap -> r_type 0
+    other = _product(name="Garden Hose Reel", title="Garden Hose Reel", query="hoses", product_category="Garden › Hoses")
+    r = purchase_reward(other, GOAL, 20.0, ok)
+    assert r["r_type"] == 0.0 and r["reward"] == 0.0
+    # same category path, half the title nouns: r_type 1 (category matches, overlap > 0.2)
+    near = _product(name="Acme Shirt Jacket", query="jackets")
+    assert purchase_reward(near, GOAL, 20.0, ok)["r_type"] == 1.0
+
+
+def test_name_nouns_drop_function_words_colours_and_sizes():
+    assert name_nouns("The Red Cotton T-Shirt for Men, X-Large") == ["cotton", "shirt"]
+
+
+def test_malformed_catalogue_line_is_named(tmp_path, shared_data):
+    src = (shared_data / "webshop" / "minimal_documents_1000.jsonl").read_text().splitlines()
+    bad = tmp_path / "products.jsonl"
+    bad.write_text("\n".join(src[:2] + ['{"id": "B0", "contents": "x", "product": {"asin": '] + src[2:4]) + "\n")
+    with pytest.raises(CatalogueError, match=rf"{bad}:3: not valid JSON"):
+        load_catalogue(bad)
+    row = json.loads(src[0])
+    del row["product"]["Attributes"]
+    bad.write_text(src[1] + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(CatalogueError, match=rf"{bad}:2: product .* lacks \['Attributes'\]"):
+        load_catalogue(bad)
+
+
+def test_pages_and_invalid_actions(family):
+    env: WebShopEnv = family.make()
+    task = family.tasks("test")[0]
+    obs = env.reset(task)
+    assert obs.startswith("WebShop [SEP] Instruction:") and env.admissible_actions() is None
+    r = env.step("jump around")
+    assert not r.done and r.info["valid"] is False and r.observation.startswith(INVALID_ACTION_OBS)
+    assert env.step("click[buy now]").info["valid"] is False  # no button on the search page
+    r = env.step("search[shirt]")
+    assert "Page 1 (Total results: 50)" in r.observation and "click[next >]" in env.admissible_actions()
+    assert "Page 2 (Total results: 50)" in env.step("click[Next >]").observation
+    assert "Page 1" in env.step("click[< prev]").observation
+    asin = env.page.results[0]
+    prod = env.shop.products[asin]
+    r = env.step(f"click[{asin}]")
+    assert prod.title in r.observation and "click[buy now]" in env.admissible_actions()
+    assert env.step("click[no such option]").info["valid"] is False
+    if prod.options:
+        name, values = next(iter(prod.options.items()))
+        assert f"{values[0]} (selected)" in env.step(f"click[{values[0]}]").observation
+        assert env.page.options == {name: values[0]}
+    assert env.step("click[features]").observation.endswith(" [SEP] ".join(prod.bullets))
+    assert env.admissible_actions() == ["click[back to search]", "click[< prev]"]
+    assert "Buy Now" in env.step("click[< prev]").observation
+    r = env.step("click[buy now]")
+    assert r.done and 0.0 <= r.reward <= 1.0 and r.info["purchase"]["asin"] == asin
+    assert env.admissible_actions() == []
+
+
+def test_step_limit_ends_the_episode(family):
+    env = family.make()
+    env.reset(family.tasks("test")[1])
+    results = [env.step("look") for _ in range(15)]
+    assert [r.done for r in results] == [False] * 14 + [True]
+
+
+def test_expert_on_the_test_goals(family):
+    env = family.make()
+    res = [play_expert(env, t) for t in family.tasks("test")]
+    wins = sum(r["won"] for r in res)
+    assert wins / len(res) >= 0.99, [r for r in res if not r["won"]][:3]
+    assert max(r["steps"] for r in res) <= 15
+
+
+def test_unknown_goal_key_fails_reset(family):
+    with pytest.raises(KeyError, match="not in this catalogue"):
+        family.make().reset(Task("webshop", "test", "fashion", "B0NOTTHERE"))
+
+
+def test_search_is_deterministic_and_mmap_ranks_the_same(family, tmp_path):
+    shop = family.shop
+    q = "i need a long lasting perfume for women with a floral scent"
+    first = shop.index.search(q)
+    assert first == shop.index.search(q) and len(first) == 50
+    built = SearchIndex(shop.products, backend="mmap", index_dir=tmp_path / "idx")
+    loaded = SearchIndex(shop.products, backend="mmap", index_dir=tmp_path / "idx")
+    assert built.search(q) == loaded.search(q) == first
+    assert shop.index.search("zzzzqqq") == []
+
+
+def test_wrong_index_backend_is_refused(shared_data):
+    with pytest.raises(ValueError, match="env.webshop_index='sqlite': choose memory or mmap"):
+        _cfg(shared_data, webshop_index="sqlite").__post_init__()

@@ -170,8 +170,11 @@ class LLMPolicy:
     def complete(self, items):
         if hasattr(self.gen, "generate_chat"):  # OpenAI-compatible endpoint: chat in, text out
             return self.gen.generate_chat([it.messages for it in items], self.max_new_tokens, self.temperature, [it.seed for it in items])
+        # Routing is always decoded under the menu constraint, in both decoding modes: the RL trainer scores the menu
+        # exactly (``route``), so the evaluated routing policy is the trained one and its log-probs are the behaviour's.
         reqs = [
-            GenRequest(self.prompt_ids(it.messages), it.allowed if self.constrained else None, it.seed, it.cache_key)
+            GenRequest(self.prompt_ids(it.messages), it.allowed if (self.constrained or it.kind == "route") else None,
+                       it.seed, it.cache_key)
             for it in items
         ]
         return self.gen.generate(reqs, self.max_new_tokens, self.temperature)

@@ -197,7 +197,9 @@ class RLTrainer:
         from ..generation import TransformersGenerator
 
         gen = make_generator(cfg, self.acc.unwrap_model(self.model), self.tok, self.init_checkpoint)
-        constrained = cfg.model.decoding == Decoding.constrained and isinstance(gen, TransformersGenerator)
+        # vLLM constrains through structured outputs and returns processed log-probs, so both backends train the
+        # policy that sampled (generation.VLLMGenerator).
+        constrained = cfg.model.decoding == Decoding.constrained
         # The generator keeps the last (max_context - max_new_tokens) prompt tokens: samples must too.
         self.keep = gen.max_context - cfg.model.max_new_tokens if isinstance(gen, TransformersGenerator) else None
         self.policy = LLMPolicy(gen, self.tok, cfg.model.max_new_tokens, cfg.model.temperature, constrained, name="rl")

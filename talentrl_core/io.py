@@ -125,3 +125,16 @@ def disk_full_named(path: str | os.PathLike, what: str = "writing") -> Iterator[
         free = shutil.disk_usage(probe).free / 2**20
         raise OSError(errno.ENOSPC, f"disk full while {what} {path} ({free:.0f} MiB free on its filesystem): "
                                     f"free space and re-run (the run resumes from its last complete checkpoint)") from e
+
+
+def iter_jsonl(path: str | os.PathLike, error: type[Exception] = ValueError) -> Iterator[tuple[int, Any]]:
+    """(line number, row) for each non-blank JSONL line; a malformed line raises ``error`` naming file:line."""
+    path = Path(path)
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield lineno, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise error(f"{path}:{lineno}: not valid JSON ({e})") from e

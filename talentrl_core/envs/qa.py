@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterator, Optional, Union
 
 from ..config import EnvConfig
 from .base import StepResult, Task
-from .qa_retrieval import BM25Retriever, Retriever, build_retriever, format_passages, iter_jsonl, paragraphs_to_passages
+from ..io import iter_jsonl
+from .qa_retrieval import BM25Retriever, Retriever, build_retriever, format_passages, paragraphs_to_passages
 from .qa_scoring import exact_match, extract_answer, f1, substring_match
 
 ENV_NAME = "qa"

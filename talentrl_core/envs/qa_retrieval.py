@@ -36,6 +36,8 @@ import numpy as np
 from pydantic import BaseModel
 from rank_bm25 import BM25Okapi
 
+from ..io import iter_jsonl
+
 
 class CorpusError(ValueError):
     """A corpus file is missing or malformed; the message names the file (and line)."""
@@ -97,18 +99,6 @@ def format_passages(passages: Sequence[Passage]) -> str:
 
 
 # --------------------------------------------------------------------------------------------- corpora
-
-
-def iter_jsonl(path: Path, error: type[Exception] = ValueError):
-    """(line number, row) for each non-blank JSONL line; a malformed line raises ``error`` naming file:line."""
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                yield lineno, json.loads(line)
-            except json.JSONDecodeError as e:
-                raise error(f"{path}:{lineno}: not valid JSON ({e})") from e
 
 
 def load_corpus(path: str | os.PathLike) -> list[Passage]:

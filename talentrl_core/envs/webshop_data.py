@@ -32,6 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+from ..benchdata import missing
+from ..io import iter_jsonl, read_json
+
 PRICE_RANGE = [10.0 * i for i in range(1, 100)]
 "WebShop's price bounds (10 … 990 dollars)."
 NO_PRICE_BOUND = 1_000_000.0
@@ -93,24 +96,14 @@ def load_catalogue(path: str | Path) -> dict[str, Product]:
     """ASIN → product, in file order. A malformed line raises ``CatalogueError`` naming ``path:line``."""
     path = Path(path)
     if not path.exists():
-        from ..benchdata import DataMissing
-
-        raise DataMissing(f"WebShop catalogue {path} is missing (princeton-nlp/WebShop's 1,000-product catalogue): "
-                          f"run `make data` or set TALENTRL_DATA_DIR to a mirror")
+        raise missing(path, path.parents[1])
     out: dict[str, Product] = {}
-    with path.open(encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise CatalogueError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from e
-            if not isinstance(row, dict):
-                raise CatalogueError(f"{where}: a line must be a JSON object")
-            prod = _product(row, where)
-            out[prod.asin] = prod
+    for lineno, row in iter_jsonl(path, CatalogueError):
+        where = f"{path}:{lineno}"
+        if not isinstance(row, dict):
+            raise CatalogueError(f"{where}: a line must be a JSON object")
+        prod = _product(row, where)
+        out[prod.asin] = prod
     if not out:
         raise CatalogueError(f"{path}: no products")
     return out
@@ -120,13 +113,11 @@ def load_instructions(path: str | Path) -> dict[str, dict]:
     """ASIN → {instruction, instruction_attributes, attributes} (WebShop's ``items_ins_v2``)."""
     path = Path(path)
     if not path.exists():
-        from ..benchdata import DataMissing
-
-        raise DataMissing(f"WebShop instructions {path} are missing: run `make data` or set TALENTRL_DATA_DIR to a mirror")
+        raise missing(path, path.parents[1])
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise CatalogueError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from e
+        data = read_json(path)
+    except ValueError as e:
+        raise CatalogueError(str(e)) from e
     if not isinstance(data, dict):
         raise CatalogueError(f"{path}: expected a JSON object ASIN -> instruction record")
     return data

@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
+import numpy as np
+
 from ..benchdata import missing
 from ..io import iter_jsonl, read_json
 
@@ -234,9 +236,13 @@ class SearchIndex:
         ids = [vocab[t] for t in toks if t in vocab]
         if not ids:
             return []
-        scores = self.retriever.get_scores(ids)
-        ranked = sorted((i for i in range(len(scores)) if scores[i] > 0), key=lambda i: (-float(scores[i]), i))
-        return [self.asins[i] for i in ranked[:k]]
+        scores = np.asarray(self.retriever.get_scores(ids))
+        pos = np.flatnonzero(scores > 0)
+        if len(pos) > k:  # keep every document tied with the k-th score, then order exactly
+            kth = np.partition(scores[pos], len(pos) - k)[len(pos) - k]
+            pos = pos[scores[pos] >= kth]
+        ranked = pos[np.lexsort((pos, -scores[pos]))][:k]
+        return [self.asins[i] for i in ranked]
 
 
 def describe(goal: dict[str, Any]) -> str:

@@ -106,7 +106,7 @@ def parse_webshop_action(action: str) -> Optional[tuple[str, str]]:
 
 
 class WebShopEnv:
-    """One shopper session on the shared catalogue."""
+    """One shopper on the shared catalogue (one episode at a time)."""
 
     name = FAMILY
 

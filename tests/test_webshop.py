@@ -144,15 +144,14 @@ def test_pages_and_invalid_actions(family):
     assert "Page 1 (Total results: 50)" in r.observation and "click[next >]" in env.admissible_actions()
     assert "Page 2 (Total results: 50)" in env.step("click[Next >]").observation
     assert "Page 1" in env.step("click[< prev]").observation
-    asin = env.page.results[0]
+    asin = next(a for a in env._page_results() if env.shop.products[a].options)  # a product with options
     prod = env.shop.products[asin]
     r = env.step(f"click[{asin}]")
     assert prod.title in r.observation and "click[buy now]" in env.admissible_actions()
     assert env.step("click[no such option]").info["valid"] is False
-    if prod.options:
-        name, values = next(iter(prod.options.items()))
-        assert f"{values[0]} (selected)" in env.step(f"click[{values[0]}]").observation
-        assert env.page.options == {name: values[0]}
+    name, values = next(iter(prod.options.items()))
+    assert f"{values[0]} (selected)" in env.step(f"click[{values[0]}]").observation
+    assert env.page.options == {name: values[0]}
     assert env.step("click[features]").observation.endswith(" [SEP] ".join(prod.bullets))
     assert env.admissible_actions() == ["click[back to search]", "click[< prev]"]
     assert "Buy Now" in env.step("click[< prev]").observation

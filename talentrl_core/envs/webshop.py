@@ -17,6 +17,7 @@ the env says so, shows the page again and nothing changes.
 
 from __future__ import annotations
 
+import random
 import re
 import time
 from dataclasses import dataclass, field
@@ -68,7 +69,9 @@ class WebShopCatalogue:
         self.splits = split_goals(self.goals, self.seed, cfg.webshop_n_test)
         self.by_key = {goal_key(g): g for g in self.goals}
         self.prices = {a: displayed_price(p, self.seed) for a, p in self.products.items()}
-        index_dir = cache_dir / FAMILY / f"bm25-{catalogue_fingerprint(cfg.webshop_products)}"
+        index_dir = None  # only the mmap backend saves an index (named by the catalogue's hash: read only then)
+        if cfg.webshop_index == "mmap":
+            index_dir = cache_dir / FAMILY / f"bm25-{catalogue_fingerprint(cfg.webshop_products)}"
         self.index = SearchIndex(self.products, backend=cfg.webshop_index, index_dir=index_dir)
 
 
@@ -305,8 +308,6 @@ class WebShopFamily:
             raise ValueError(f"n={n}: use 0 for the whole split or a positive subset size")
         goals = self.shop.splits[split]
         if 0 < n < len(goals):
-            import random
-
             goals = [goals[i] for i in sorted(random.Random(seed).sample(range(len(goals)), n))]
         return [Task(FAMILY, split, g["category"], goal_key(g), {"instruction": g["instruction_text"]}) for g in goals]
 

@@ -116,6 +116,30 @@ def test_memoised_knowledge_base_gives_byte_identical_games(tmp_path, monkeypatc
     assert KnowledgeBase.load.__func__.__name__ == "load" and "_memoised" not in KnowledgeBase.load.__qualname__
 
 
+@pytest.mark.parametrize("challenge,settings", [("tw-coin_collector", "level=104"), ("tw-simple", "rewards=dense,goal=detailed")])
+def test_walkthrough_without_its_compile_gives_byte_identical_games(challenge, settings, tmp_path, monkeypatch):
+    """Coin collector and simple games record their walkthrough without TextWorld's throw-away compile."""
+    import contextlib
+
+    from textworld.generator.maker import GameMaker
+
+    played, in_python = [], tw._set_walkthrough_in_python
+
+    def recorded(maker, commands):
+        played.append(in_python(maker, commands))
+        return played[-1]
+
+    monkeypatch.setattr(tw, "_set_walkthrough_in_python", recorded)
+    spec = GameSpec(challenge, settings, 11)
+    fast = tw.generate_game(tmp_path / "fast", spec)
+    assert played == [True]  # the walkthrough was played by the tracker, not by the fallback
+    assert "_set_walkthrough_in_python" not in str(GameMaker.set_walkthrough.__code__.co_names)  # patch undone
+    monkeypatch.setattr(tw, "_walkthrough_without_compile", contextlib.nullcontext)
+    plain = tw.generate_game(tmp_path / "plain", spec)
+    assert fast.read_bytes() == plain.read_bytes()
+    assert fast.with_suffix(".json").read_bytes() == plain.with_suffix(".json").read_bytes()
+
+
 def test_cache_is_reused(family, eval_tasks, monkeypatch):
     task = eval_tasks[1]
     game = family.game_file(task)

@@ -276,6 +276,69 @@ def _memoised_knowledge_base() -> Iterator[None]:
         KnowledgeBase.load = original
 
 
+def _set_walkthrough_in_python(maker, commands: Sequence[str]) -> bool:
+    """``GameMaker.set_walkthrough`` without its throw-away compile; False when it cannot be done exactly.
+
+    TextWorld's version compiles the game (Inform7 + Inform6, ~0.4 s) only to play ``commands`` and record which
+    logic actions trigger each win event; the game is then built and compiled again. The actions come from
+    TextWorld's own state tracker (``textworld.envs.tw.TextWorldEnv``, which the compiled game runs beside the
+    Z-machine), so the same tracker is driven directly here. The build and the Inform7 source are generated as the
+    original does (the source sets the objective the final build keeps); a command the tracker does not list
+    verbatim returns False and the caller falls back to the original.
+    """
+    from textworld.core import EnvInfos
+    from textworld.envs.tw import TextWorldEnv
+    from textworld.generator.game import Game
+    from textworld.generator.inform7 import Inform7Game
+
+    game = maker.build()
+    maker._working_game = game
+    Inform7Game(game).gen_source(seed=1234)  # what the compile does to the game object (it fills the objective)
+    env = TextWorldEnv(EnvInfos(last_action=True, intermediate_reward=True))
+    env._game = Game.deserialize(game.serialize())  # the compiled game's tracker reads the game back from its .json
+    env._inform7 = Inform7Game(env._game)
+    state = env.reset()
+    events = {event: event.copy() for quest in maker.quests for event in quest.win_events}
+    progressions = [ep for qp in state["_game_progression"].quest_progressions for ep in qp.win_events]
+    actions: list = []
+    for i, cmd in enumerate(commands):
+        if state.get("done"):
+            raise ValueError("Game has ended before finishing playing all commands.")
+        valid = state["_valid_commands"]
+        if valid.count(cmd.strip()) != 1:  # not listed, or ambiguous: only the Z-machine can tell
+            return False
+        before = [ep.triggered for ep in progressions]
+        state, _, _ = env.step(cmd)
+        actions.append(state["_last_action"])
+        for was, ep in zip(before, progressions):
+            if not was and ep.triggered:
+                events[ep.event].actions = list(actions)
+                events[ep.event].commands = list(commands[: i + 1])
+    for k, v in events.items():
+        k.actions, k.commands = v.actions, v.commands
+    return True
+
+
+@contextmanager
+def _walkthrough_without_compile() -> Iterator[None]:
+    """Challenges that call ``GameMaker.set_walkthrough`` (coin collector, simple, cooking) compile every game
+    twice; this drops the first compile (``_set_walkthrough_in_python``). Games stay byte-identical
+    (tests/test_env_textworld.py)."""
+    from textworld.generator.maker import GameMaker
+
+    original = GameMaker.set_walkthrough
+
+    def set_walkthrough(self, commands):
+        if not _set_walkthrough_in_python(self, commands):
+            original(self, commands)
+
+    GameMaker.set_walkthrough = set_walkthrough
+    try:
+        yield
+    finally:
+        GameMaker.set_walkthrough = original
+
+
 def is_generated(game_file: Path) -> bool:
     return game_file.is_file() and game_file.with_suffix(".json").is_file()
 
@@ -299,7 +362,7 @@ def generate_game(cache_dir: str | os.PathLike, spec: GameSpec) -> Path:
         options.path = str(tmp / dest.name)
         options.file_ext = ".z8"
         options.force_recompile = True
-        with _home(_scratch_home()), _quiet_jericho(), _memoised_knowledge_base():
+        with _home(_scratch_home()), _quiet_jericho(), _memoised_knowledge_base(), _walkthrough_without_compile():
             game = make(settings, options)
             compiled = Path(compile_game(game, options))
         json_file = compiled.with_suffix(".json")

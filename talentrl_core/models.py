@@ -21,6 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from .config import ModelConfig, ModelKind
 from .io import atomic_dir
+from .precision import resolve_attn_implementation, resolve_compute_dtype
 from .prompts import RULES
 
 # Qwen2's pre-tokenizer regex (transformers/models/qwen2/tokenization_qwen2.py).
@@ -187,15 +188,20 @@ def load_model(path: str | Path, cfg: Optional[ModelConfig] = None, device: Opti
     """Load (model, tokenizer) from a folder or a Hub id (the latter needs the files cached locally when offline)."""
     dtype = getattr(torch, cfg.dtype) if cfg else torch.float32
     local = check_model_path(path)
+    dev = resolve_device(device or (cfg.device if cfg else "cpu"))
+    kwargs = {}
+    if cfg is not None:
+        attn = resolve_attn_implementation(cfg.attn_implementation, resolve_compute_dtype(cfg.compute_dtype, dev), dev)
+        kwargs = {"attn_implementation": attn} if attn else {}
     try:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
     except Exception as e:  # noqa: BLE001 - safetensors, torch and json raise several types for a damaged folder
         if not local:
             raise
         files = sorted(p.name for p in Path(path).glob("*.safetensors")) or ["config.json"]
         raise ValueError(f"{Path(path) / files[0]}: the model in {path} cannot be loaded ({type(e).__name__}: "
                          f"{str(e)[:200]}); re-run the stage that writes it{_builder_hint(Path(path))}") from e
-    model.to(resolve_device(device or (cfg.device if cfg else "cpu")))
+    model.to(dev)
     return model, load_tokenizer(path)
 
 

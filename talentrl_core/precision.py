@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional
 
 import torch
 
@@ -62,6 +62,23 @@ def resolve_compute_dtype(choice: str, device: torch.device | str = "cpu") -> to
     if dev.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+
+
+def resolve_attn_implementation(choice: str, compute_dtype: torch.dtype, device: torch.device | str = "cpu") -> Optional[str]:
+    """The ``attn_implementation`` to load a model with (None: transformers' default).
+
+    ``auto`` picks ``eager`` for bfloat16 compute on a CPU: its attention matmuls run on the CPU's bf16 units, while
+    the CPU flash kernel (sdpa) gains nothing from bf16 (measured on the demo model, 4 x 450 tokens, 2 threads:
+    training step 0.30 s eager vs 0.37 s sdpa, forward equal).
+
+    >>> resolve_attn_implementation("auto", torch.bfloat16, "cpu"), resolve_attn_implementation("auto", torch.float32, "cpu")
+    ('eager', None)
+    >>> resolve_attn_implementation("sdpa", torch.bfloat16, "cpu"), resolve_attn_implementation("auto", torch.bfloat16, "cuda")
+    ('sdpa', None)
+    """
+    if choice != "auto":
+        return choice
+    return "eager" if torch.device(device).type == "cpu" and compute_dtype == torch.bfloat16 else None
 
 
 def autocast(dtype: torch.dtype, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:

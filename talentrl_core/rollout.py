@@ -18,8 +18,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import json
 import random
-import time
-import traceback
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Hashable, Optional, Protocol, Sequence
@@ -239,6 +237,186 @@ def _call(fn: Callable, timeout: float):
         ex.shutdown(wait=False)
 
 
+class _EpisodeRunner:
+    """The state of one ``run_episodes`` call: a pool of env slots, the queue of specs, finished trajectories."""
+
+    def __init__(self, make_env, specs, policy, settings, knowledge, batch_size, progress, on_routing, on_episode):
+        self.make_env, self.policy, self.settings = make_env, policy, settings
+        self.knowledge = knowledge or NoKnowledge()
+        self.batch_size, self.on_routing, self.on_episode = batch_size, on_routing, on_episode
+        self.run_key = uuid.uuid4().hex  # KV-cache keys of this call's episodes (see PolicyInput.cache_key)
+        self.results: list[Optional[Trajectory]] = [None] * len(specs)
+        self.queue = list(enumerate(specs))[::-1]
+        self.slots: list[_Slot] = []
+        self.index_of: dict[int, int] = {}
+        self.bar = tqdm(total=len(specs), desc=f"episodes[{policy.name}]", disable=not progress)
+
+    # -- episode lifecycle
+    def finish(self, slot: _Slot, error: Optional[str] = None) -> None:
+        t = slot.traj
+        if error:
+            t.error = error
+            t.success = False
+        t.final_reward = float(sum(s.reward for s in t.steps)) if t.env != "qa" else float(t.final_reward)
+        self.results[self.index_of[id(slot)]] = t
+        slot.spec = None
+        self.bar.update(1)
+        if self.on_episode is not None:
+            self.on_episode()
+
+    def fail(self, slot: _Slot, where: str, e: Exception) -> None:
+        """A broken env fails its episode, never the run: the slot gets a fresh env."""
+        slot.env = self.make_env()
+        self.finish(slot, f"{where}: {type(e).__name__}: {e}")
+
+    def start(self, slot: _Slot, idx: int, spec: EpisodeSpec) -> None:
+        task, kn, settings = spec.task, self.knowledge, self.settings
+        slot.spec, slot.history, slot.ctx = spec, [], None
+        self.index_of[id(slot)] = idx
+        slot.traj = Trajectory(
+            run_id=settings.run_id, env=task.env, split=task.split or settings.split, task_id=task.task_id,
+            task_type=task.task_type, task_json=task.to_json(), group_uid=spec.group_uid or uuid.uuid4().hex,
+            arm=spec.arm, library_version=kn.version, policy=self.policy.name, checkpoint=settings.checkpoint,
+            strategy=getattr(self.policy, "strategy", None),
+        )
+        try:
+            slot.obs = _call(lambda: slot.env.reset(task), settings.step_timeout_s)
+            slot.traj.goal = slot.env.goal()
+            slot.traj.initial_observation = slot.obs
+            slot.admissible = slot.env.admissible_actions()
+        except Exception as e:  # noqa: BLE001
+            self.fail(slot, "reset", e)
+            return
+        talent = spec.talent_id
+        if spec.routing == "oracle":
+            talent = kn.oracle_talent(task.env, task.task_type, task.task_id)
+        elif spec.routing == "random":
+            menu = kn.menu(task.env)
+            talent = random.Random(spec.seed).choice(menu).talent_id if menu else None
+        elif spec.routing == "policy":
+            menu = kn.menu(task.env)
+            if menu:
+                slot.routing_msgs = routing_messages(task.env, slot.traj.goal, menu)
+                return  # resolved in the batched routing call
+        self.set_talent(slot, talent)
+
+    def set_talent(self, slot: _Slot, talent: Optional[str]) -> None:
+        slot.traj.talent_id = talent
+        slot.ctx = self.knowledge.context(slot.traj.env, slot.traj.goal, slot.traj.task_type, talent, slot.spec.use_skills)
+        slot.traj.retrieved_skill_ids = list(slot.ctx.skill_ids)
+
+    def refill(self) -> None:
+        for slot in self.slots:
+            while slot.spec is None and self.queue:
+                self.start(slot, *self.queue.pop())
+        while len(self.slots) < self.batch_size and self.queue:
+            slot = _Slot(self.make_env())
+            self.slots.append(slot)
+            self.start(slot, *self.queue.pop())
+            while slot.spec is None and self.queue:
+                self.start(slot, *self.queue.pop())
+
+    # -- one batched turn
+    def route(self) -> None:
+        """The routing call for episodes that just started under ``routing=policy``."""
+        routing = [s for s in self.slots if s.spec is not None and s.routing_msgs is not None]
+        if not routing:
+            return
+        kn = self.knowledge
+        items = [PolicyInput("route", s.routing_msgs, [format_talent(t.shown) for t in kn.menu(s.traj.env)],
+                             s.spec.seed, s.env, s.traj.env) for s in routing]
+        for s, it, out in zip(routing, items, self.policy.complete(items)):
+            menu = kn.menu(s.traj.env)
+            chosen = menu_choice(menu, parse_talent(out.text))
+            routing_valid = chosen is not None
+            if not routing_valid:  # format error: counted via valid=False, nearest talent used
+                chosen = kn.nearest_talent(s.traj.env, out.text) or (menu[0].talent_id if menu else None)
+            s.traj.steps.append(
+                Step(prompt=json.dumps(s.routing_msgs), completion=out.text, action=f"talent:{chosen}",
+                     observation="", reward=0.0, valid=routing_valid, prompt_tokens=out.prompt_tokens,
+                     completion_tokens=len(out.token_ids), completion_ids=list(out.token_ids) or None,
+                     logprobs=list(out.logprobs) or None)
+            )
+            if self.on_routing:
+                self.on_routing(s.traj, it, out)
+            s.routing_msgs = None
+            self.set_talent(s, chosen)
+
+    def exec_input(self, s: _Slot) -> PolicyInput:
+        settings = self.settings
+        ctx = ExecContext(
+            env=s.traj.env, goal=s.traj.goal, observation=s.obs, talent=s.ctx.talent, skills=s.ctx.skills,
+            history=s.history[-settings.history:] if settings.history else (), admissible=s.admissible,
+            actions=[a for _, a in s.history], obs_chars=settings.obs_chars,
+        )
+        n_exec = _exec_steps(s.traj)
+        return PolicyInput("exec", execution_messages(ctx), action_completions(s.traj.env, s.admissible),
+                           None if s.spec.seed is None else s.spec.seed * 1000 + n_exec, s.env, s.traj.env,
+                           cache_key=(self.run_key, id(s)))
+
+    def execute(self) -> None:
+        """One execution turn for every active episode."""
+        active = [s for s in self.slots if s.spec is not None]
+        items = [self.exec_input(s) for s in active]
+        for s, it, out in zip(active, items, self.policy.complete(items)):
+            self.apply(s, it, out)
+
+    def apply(self, s: _Slot, it: PolicyInput, out: GenResult) -> None:
+        """Parse ``out``, step the env, record the step; end the episode when it is done or out of steps."""
+        settings = self.settings
+        action = parse_for_env(s.traj.env, out.text)
+        step = Step(prompt=json.dumps(it.messages), completion=out.text, action=action or "", observation="",
+                    reward=0.0, valid=action is not None, prompt_tokens=out.prompt_tokens,
+                    completion_tokens=len(out.token_ids), admissible=s.admissible,
+                    completion_ids=list(out.token_ids) or None, logprobs=list(out.logprobs) or None)
+        s.traj.steps.append(step)
+        done = False
+        if action is None:
+            step.observation = INVALID_ACTION_OBS
+            step.reward = settings.invalid_penalty
+        else:
+            try:
+                r = _call(lambda: s.env.step(action), settings.step_timeout_s)
+            except Exception as e:  # noqa: BLE001
+                return self.fail(s, "step", e)
+            step.observation = r.observation
+            step.valid = bool(r.info.get("valid", True))
+            step.reward = float(r.reward) + (0.0 if step.valid else settings.invalid_penalty)
+            if s.traj.env == "qa" and r.done:
+                s.traj.final_reward = float(r.reward)
+            done = r.done
+            if r.won:
+                s.traj.success = True
+            try:
+                s.admissible = s.env.admissible_actions()
+            except Exception as e:  # noqa: BLE001
+                return self.fail(s, "admissible", e)
+        s.history.append((s.obs, action or out.text))
+        s.obs = step.observation
+        if done or _exec_steps(s.traj) >= settings.max_steps:
+            self.finish(s)
+
+    def run(self) -> list[Trajectory]:
+        try:
+            self.refill()
+            while any(s.spec is not None for s in self.slots):
+                self.route()
+                self.execute()
+                self.refill()
+        finally:
+            self.bar.close()
+            for s in self.slots:
+                try:
+                    s.env.close()
+                except Exception:  # noqa: BLE001
+                    pass
+        return [t for t in self.results if t is not None]
+
+
+def _exec_steps(traj: Trajectory) -> int:
+    return sum(1 for st in traj.steps if not st.action.startswith("talent:"))
+
+
 def run_episodes(
     make_env: Callable[[], Env],
     specs: Sequence[EpisodeSpec],
@@ -251,166 +429,7 @@ def run_episodes(
     on_episode: Optional[Callable[[], None]] = None,
 ) -> list[Trajectory]:
     """Play every spec; returns trajectories in the order of ``specs`` (``on_episode()`` after each one ends)."""
-    knowledge = knowledge or NoKnowledge()
-    run_key = uuid.uuid4().hex  # KV-cache keys of this call's episodes (see PolicyInput.cache_key)
-    results: list[Optional[Trajectory]] = [None] * len(specs)
-    queue = list(enumerate(specs))[::-1]
-    slots: list[_Slot] = []
-    index_of: dict[int, int] = {}
-    bar = tqdm(total=len(specs), desc=f"episodes[{policy.name}]", disable=not progress)
-
-    def finish(slot: _Slot, error: Optional[str] = None):
-        t = slot.traj
-        if error:
-            t.error = error
-            t.success = False
-        t.final_reward = float(sum(s.reward for s in t.steps)) if t.env != "qa" else float(t.final_reward)
-        results[index_of[id(slot)]] = t
-        slot.spec = None
-        bar.update(1)
-        if on_episode is not None:
-            on_episode()
-
-    def start(slot: _Slot, idx: int, spec: EpisodeSpec):
-        task = spec.task
-        slot.spec, slot.history, slot.ctx = spec, [], None
-        index_of[id(slot)] = idx
-        slot.traj = Trajectory(
-            run_id=settings.run_id, env=task.env, split=task.split or settings.split, task_id=task.task_id,
-            task_type=task.task_type, task_json=task.to_json(), group_uid=spec.group_uid or uuid.uuid4().hex,
-            arm=spec.arm, library_version=knowledge.version, policy=policy.name, checkpoint=settings.checkpoint,
-            strategy=getattr(policy, "strategy", None),
-        )
-        try:
-            slot.obs = _call(lambda: slot.env.reset(task), settings.step_timeout_s)
-            slot.traj.goal = slot.env.goal()
-            slot.traj.initial_observation = slot.obs
-            slot.admissible = slot.env.admissible_actions()
-        except Exception as e:  # noqa: BLE001 - a broken env fails its episode, never the run
-            slot.env = make_env()
-            finish(slot, f"reset: {type(e).__name__}: {e}")
-            return
-        talent = spec.talent_id
-        if spec.routing == "oracle":
-            talent = knowledge.oracle_talent(task.env, task.task_type, task.task_id)
-        elif spec.routing == "random":
-            menu = knowledge.menu(task.env)
-            talent = random.Random(spec.seed).choice(menu).talent_id if menu else None
-        elif spec.routing == "policy":
-            menu = knowledge.menu(task.env)
-            if menu:
-                slot.routing_msgs = routing_messages(task.env, slot.traj.goal, menu)
-                return  # resolved in the batched routing call
-        _set_talent(slot, talent)
-
-    def _set_talent(slot: _Slot, talent: Optional[str]):
-        slot.traj.talent_id = talent
-        slot.ctx = knowledge.context(slot.traj.env, slot.traj.goal, slot.traj.task_type, talent, slot.spec.use_skills)
-        slot.traj.retrieved_skill_ids = list(slot.ctx.skill_ids)
-
-    def refill():
-        for slot in slots:
-            while slot.spec is None and queue:
-                idx, spec = queue.pop()
-                start(slot, idx, spec)
-        while len(slots) < batch_size and queue:
-            slot = _Slot(make_env())
-            slots.append(slot)
-            idx, spec = queue.pop()
-            start(slot, idx, spec)
-            while slot.spec is None and queue:
-                idx, spec = queue.pop()
-                start(slot, idx, spec)
-
-    try:
-        refill()
-        while any(s.spec is not None for s in slots):
-            # -- routing for episodes that just started under routing=policy
-            routing = [s for s in slots if s.spec is not None and s.routing_msgs is not None]
-            if routing:
-                items = []
-                for s in routing:
-                    menu = knowledge.menu(s.traj.env)
-                    items.append(PolicyInput("route", s.routing_msgs, [format_talent(t.shown) for t in menu], s.spec.seed, s.env, s.traj.env))
-                outs = policy.complete(items)
-                for s, it, out in zip(routing, items, outs):
-                    menu = knowledge.menu(s.traj.env)
-                    ids = [t.talent_id for t in menu]
-                    chosen = menu_choice(menu, parse_talent(out.text))
-                    routing_valid = chosen is not None
-                    if not routing_valid:  # format error: counted via valid=False, nearest talent used
-                        chosen = knowledge.nearest_talent(s.traj.env, out.text) or (ids[0] if ids else None)
-                    s.traj.steps.append(
-                        Step(prompt=json.dumps(s.routing_msgs), completion=out.text, action=f"talent:{chosen}",
-                             observation="", reward=0.0, valid=routing_valid, prompt_tokens=out.prompt_tokens,
-                             completion_tokens=len(out.token_ids), completion_ids=list(out.token_ids) or None,
-                             logprobs=list(out.logprobs) or None)
-                    )
-                    if on_routing:
-                        on_routing(s.traj, it, out)
-                    s.routing_msgs = None
-                    _set_talent(s, chosen)
-            # -- one execution turn for every active episode
-            active = [s for s in slots if s.spec is not None]
-            items = []
-            for s in active:
-                ctx = ExecContext(
-                    env=s.traj.env, goal=s.traj.goal, observation=s.obs, talent=s.ctx.talent, skills=s.ctx.skills,
-                    history=s.history[-settings.history:] if settings.history else (), admissible=s.admissible,
-                    actions=[a for _, a in s.history],
-                    obs_chars=settings.obs_chars,
-                )
-                n_exec = sum(1 for st in s.traj.steps if not st.action.startswith("talent:"))
-                items.append(PolicyInput("exec", execution_messages(ctx), action_completions(s.traj.env, s.admissible),
-                                         None if s.spec.seed is None else s.spec.seed * 1000 + n_exec, s.env, s.traj.env,
-                                         cache_key=(run_key, id(s))))
-            outs = policy.complete(items)
-            for s, it, out in zip(active, items, outs):
-                action = parse_for_env(s.traj.env, out.text)
-                step = Step(prompt=json.dumps(it.messages), completion=out.text, action=action or "", observation="",
-                            reward=0.0, valid=action is not None, prompt_tokens=out.prompt_tokens,
-                            completion_tokens=len(out.token_ids), admissible=s.admissible,
-                            completion_ids=list(out.token_ids) or None, logprobs=list(out.logprobs) or None)
-                s.traj.steps.append(step)
-                done = False
-                if action is None:
-                    step.observation = INVALID_ACTION_OBS
-                    step.reward = settings.invalid_penalty
-                else:
-                    try:
-                        r = _call(lambda: s.env.step(action), settings.step_timeout_s)
-                    except Exception as e:  # noqa: BLE001
-                        s.env = make_env()
-                        finish(s, f"step: {type(e).__name__}: {e}")
-                        continue
-                    step.observation = r.observation
-                    step.valid = bool(r.info.get("valid", True))
-                    step.reward = float(r.reward) + (0.0 if step.valid else settings.invalid_penalty)
-                    if s.traj.env == "qa" and r.done:
-                        s.traj.final_reward = float(r.reward)
-                    done = r.done
-                    if r.won:
-                        s.traj.success = True
-                    try:
-                        s.admissible = s.env.admissible_actions()
-                    except Exception as e:  # noqa: BLE001
-                        s.env = make_env()
-                        finish(s, f"admissible: {type(e).__name__}: {e}")
-                        continue
-                s.history.append((s.obs, action or out.text))
-                s.obs = step.observation
-                n_exec = sum(1 for st in s.traj.steps if not st.action.startswith("talent:"))
-                if done or n_exec >= settings.max_steps:
-                    finish(s)
-            refill()
-    finally:
-        bar.close()
-        for s in slots:
-            try:
-                s.env.close()
-            except Exception:  # noqa: BLE001
-                pass
-    return [t for t in results if t is not None]
+    return _EpisodeRunner(make_env, specs, policy, settings, knowledge, batch_size, progress, on_routing, on_episode).run()
 
 
 _EPISODES_DONE = None  # multiprocessing counter of run_episodes_parallel's workers

@@ -255,6 +255,34 @@ def test_aem_and_task_normalisation_reweight_execution_advantages(one_step):
             assert all(s.advantage == pytest.approx(a[s.traj], abs=1e-5) for s in task if s.kind == "exec" and s.group == gr.index)
 
 
+def test_mini_batches_take_one_optimizer_step_each(one_step, env_cfg, family, tiny, tmp_path):
+    """rl.mini_batches=3: the step's samples are dealt into 3 disjoint seeded parts, each one AdamW step, and the
+    schedule counts optimizer steps (the last one still trains; lr reaches 0 only after it)."""
+    samples = one_step["samples"]
+    tr = RLTrainer(make_cfg(env_cfg, tmp_path, mini_batches=3), family, StaticKnowledge.from_dict(BANK), tiny,
+                   tmp_path / "out", progress=False)
+    parts = tr.mini_batches(samples, 0)
+    assert len(parts) == 3 and sorted(id(s) for p in parts for s in p) == sorted(id(s) for s in samples)
+    assert [list(map(id, p)) for p in parts] == [list(map(id, p)) for p in tr.mini_batches(samples, 0)]  # seeded
+    assert [list(map(id, p)) for p in parts] != [list(map(id, p)) for p in tr.mini_batches(samples, 1)]
+    lrs = []
+    step = tr.opt.step
+
+    def record(*a, **k):
+        lrs.append(tr.opt.param_groups[0]["lr"])
+        return step(*a, **k)
+
+    tr.opt.step = record
+    before = {n: p.detach().clone() for n, p in tr.unwrapped().named_parameters()}
+    m = tr.update(samples, 0)
+    assert len(lrs) == 3 and all(lr > 0 for lr in lrs) and lrs == sorted(lrs, reverse=True)
+    assert m["rl/lr"] == 0.0 and m["rl/samples"] == len(samples) and m["rl/skipped"] == 0.0
+    assert any(not torch.equal(before[n], p) for n, p in tr.unwrapped().named_parameters())
+    assert m["rl/kl"] != 0.0  # the later mini-batches are off-policy: the ratio moved away from 1
+    with pytest.raises(ValueError, match="rl.mini_batches=0"):
+        make_cfg(env_cfg, tmp_path, mini_batches=0)
+
+
 def test_lora_kl_no_talent_arm_and_epochs(env_cfg, family, tiny, tmp_path):
     """LoRA + β·KL to the adapter-free model + a no-talent arm + 2 PPO epochs + seq_mean_token_sum: one step
     trains, logs rl/kl_ref, and the saved model is merged (plain weights, loadable without peft)."""

@@ -182,7 +182,7 @@ class RLTrainer:
         opt = torch.optim.AdamW(params, lr=self.rl.lr, betas=(0.9, 0.95), weight_decay=self.rl.weight_decay)
         from transformers import get_linear_schedule_with_warmup
 
-        total = self.rl.steps * self.rl.ppo_epochs
+        total = self.rl.steps * self.rl.ppo_epochs * self.rl.mini_batches  # optimizer steps
         sched = get_linear_schedule_with_warmup(opt, min(self.rl.warmup_steps, total), max(total, 1))
         self.model, self.opt, self.sched = self.acc.prepare(model, opt, sched)
         if self.ref_model is not None:
@@ -434,7 +434,43 @@ class RLTrainer:
         with model.disable_adapter():  # LoRA: the frozen base model is the reference
             return token_logprobs(model, batch, self.cfg.model.temperature)
 
-    def update(self, samples: list[Sample]) -> dict[str, float]:
+    def mini_batches(self, samples: list[Sample], step: int) -> list[list[Sample]]:
+        """``rl.mini_batches`` parts of this process's samples: a seeded shuffle (step, rank), dealt round-robin."""
+        k = self.rl.mini_batches
+        if k == 1:
+            return [list(samples)]
+        order = list(samples)
+        random.Random(derive_seed(self.rl.seed, step, "mini-batches", self.acc.process_index)).shuffle(order)
+        return [order[i::k] for i in range(k)]
+
+    def update(self, samples: list[Sample], step: int = 0) -> dict[str, float]:
+        """``ppo_epochs`` passes, each ``mini_batches`` AdamW steps (PPO-clip loss, accumulated over micro-batches)."""
+        rl = self.rl
+        parts = self.mini_batches(samples, step)
+        n_opt = rl.ppo_epochs * len(parts)
+        acc = {"tokens": 0.0, "loss": 0.0, "clip": 0.0, "kl": 0.0, "kl_ref": 0.0, "ctok": 0.0, "grad_norm": 0.0}
+        n_samples = self._sum({"samples": len(samples)})["samples"]
+        if n_samples == 0:  # every group of every process was filtered
+            for _ in range(n_opt):
+                self.sched.step()
+            return {"rl/skipped": 1.0, "rl/lr": self.sched.get_last_lr()[0], "perf/update_tokens": 0.0}
+        self.model.train()
+        for _ in range(rl.ppo_epochs):
+            for part in parts:
+                self._optimizer_step(part, acc)
+        self.opt.zero_grad(set_to_none=True)
+        self._sync_generator()
+        tot = self._sum({k: v for k, v in acc.items() if k != "grad_norm"})
+        ctok = max(tot["ctok"], 1.0)
+        out = {"rl/loss": tot["loss"] / n_opt, "rl/clip_frac": tot["clip"] / ctok, "rl/kl": tot["kl"] / ctok,
+               "rl/grad_norm": acc["grad_norm"] / n_opt, "rl/lr": self.sched.get_last_lr()[0],
+               "rl/samples": n_samples, "rl/skipped": 0.0, "perf/update_tokens": tot["tokens"]}
+        if rl.beta_kl > 0:
+            out["rl/kl_ref"] = tot["kl_ref"] / ctok
+        return out
+
+    def _optimizer_step(self, samples: Sequence[Sample], acc: dict[str, float]) -> None:
+        """One AdamW step on ``samples`` (every process calls it the same number of times: collectives align)."""
         rl = self.rl
         temp = self.cfg.model.temperature
         # Micro-batches of similar length (less padding); the loss is a sum over micro-batches, so order is free.
@@ -445,53 +481,39 @@ class RLTrainer:
         mb = rl.micro_batch_size
         micro = [("route", route[i:i + mb]) for i in range(0, len(route), mb)] + [("exec", exe[i:i + mb]) for i in range(0, len(exe), mb)]
         n_micro = self._max(len(micro))
-        acc = {"tokens": 0.0, "loss": 0.0, "clip": 0.0, "kl": 0.0, "kl_ref": 0.0, "ctok": 0.0, "grad_norm": 0.0}
-        if units["samples"] == 0:  # every group of every process was filtered: nothing to learn this step
-            for _ in range(rl.ppo_epochs):
-                self.sched.step()
-            return {"rl/skipped": 1.0, "rl/lr": self.sched.get_last_lr()[0], "perf/update_tokens": 0.0}
-        self.model.train()
-        for _ in range(rl.ppo_epochs):
-            self.opt.zero_grad(set_to_none=True)
-            for i in range(n_micro):
-                sync = i == n_micro - 1
-                with nullcontext() if sync or self.world == 1 else self.acc.no_sync(self.model):
-                    if i >= len(micro):
-                        loss = self._dummy_loss()
-                    else:
-                        kind, chunk = micro[i]
-                        batch = collate(chunk, self.tok, self.vocab, self.acc.device, self.tries)
-                        with autocast(self.compute_dtype, self.acc.device):
-                            logp = token_logprobs(self.model, batch, temp)  # (B, T), carries the gradient
-                            ref = self._ref_logprobs(batch) if rl.beta_kl > 0 else None
-                        loss_k, m = ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, batch.mask, rl.clip_eps,
-                                                  rl.token_agg, ref, rl.beta_kl)
-                        # Weight so that the sum over micro-batches and processes is the step-wide aggregate;
-                        # × world because DDP averages gradients over processes.
-                        w = self._units(chunk) / units[kind] * self.world * (rl.alpha_route if kind == "route" else 1.0)
-                        loss = loss_k * w
-                        n_tok = batch.n_completion_tokens
-                        acc["tokens"] += batch.n_tokens
-                        acc["ctok"] += n_tok
-                        acc["loss"] += loss_k.item() * w / self.world
-                        acc["clip"] += m["clip_frac"] * n_tok
-                        acc["kl"] += m["approx_kl"] * n_tok
-                        acc["kl_ref"] += m.get("kl_ref", 0.0) * n_tok
-                    self.acc.backward(loss)
-            norm = self.acc.clip_grad_norm_(self.params, rl.max_grad_norm if rl.max_grad_norm > 0 else float("inf"))
-            acc["grad_norm"] += float(norm) / rl.ppo_epochs
-            self.opt.step()
-            self.sched.step()
         self.opt.zero_grad(set_to_none=True)
-        self._sync_generator()
-        tot = self._sum({k: v for k, v in acc.items() if k != "grad_norm"})
-        ctok = max(tot["ctok"], 1.0)
-        out = {"rl/loss": tot["loss"] / rl.ppo_epochs, "rl/clip_frac": tot["clip"] / ctok, "rl/kl": tot["kl"] / ctok,
-               "rl/grad_norm": acc["grad_norm"], "rl/lr": self.sched.get_last_lr()[0], "rl/samples": units["samples"],
-               "rl/skipped": 0.0, "perf/update_tokens": tot["tokens"]}
-        if rl.beta_kl > 0:
-            out["rl/kl_ref"] = tot["kl_ref"] / ctok
-        return out
+        if units["samples"] == 0:  # an empty mini-batch on every process: keep the schedule's length
+            self.sched.step()
+            return
+        for i in range(n_micro):
+            sync = i == n_micro - 1
+            with nullcontext() if sync or self.world == 1 else self.acc.no_sync(self.model):
+                if i >= len(micro):
+                    loss = self._dummy_loss()
+                else:
+                    kind, chunk = micro[i]
+                    batch = collate(chunk, self.tok, self.vocab, self.acc.device, self.tries)
+                    with autocast(self.compute_dtype, self.acc.device):
+                        logp = token_logprobs(self.model, batch, temp)  # (B, T), carries the gradient
+                        ref = self._ref_logprobs(batch) if rl.beta_kl > 0 else None
+                    loss_k, m = ppo_clip_loss(logp, batch.old_logprobs, batch.advantages, batch.mask, rl.clip_eps,
+                                              rl.token_agg, ref, rl.beta_kl)
+                    # Weight so that the sum over micro-batches and processes is the mini-batch-wide aggregate;
+                    # × world because DDP averages gradients over processes.
+                    w = self._units(chunk) / units[kind] * self.world * (rl.alpha_route if kind == "route" else 1.0)
+                    loss = loss_k * w
+                    n_tok = batch.n_completion_tokens
+                    acc["tokens"] += batch.n_tokens
+                    acc["ctok"] += n_tok
+                    acc["loss"] += loss_k.item() * w / self.world
+                    acc["clip"] += m["clip_frac"] * n_tok
+                    acc["kl"] += m["approx_kl"] * n_tok
+                    acc["kl_ref"] += m.get("kl_ref", 0.0) * n_tok
+                self.acc.backward(loss)
+        norm = self.acc.clip_grad_norm_(self.params, rl.max_grad_norm if rl.max_grad_norm > 0 else float("inf"))
+        acc["grad_norm"] += float(norm)
+        self.opt.step()
+        self.sched.step()
 
     def _sync_generator(self) -> None:
         """vLLM backend: push the updated weights into the engine (the transformers backend shares the model)."""
@@ -530,7 +552,7 @@ class RLTrainer:
         samples, st = self.build_samples(step, groups)  # 4.–5. rewards → advantages → samples
         self.last_batch = StepBatch(step, groups, samples, st)
         t1 = time.perf_counter()
-        upd = self.update(samples)  # 6.–7. PPO-clip loss, accumulate, all-reduce, clip, AdamW, schedule
+        upd = self.update(samples, step)  # 6.–7. PPO-clip loss, accumulate, all-reduce, clip, AdamW, schedule
         t_upd = time.perf_counter() - t1
         if self.rl.evolve_every and (step + 1) % self.rl.evolve_every == 0:
             upd.update(self.evolve(step, groups))  # library evolution from this step's training rollouts

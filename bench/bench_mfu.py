@@ -5,7 +5,8 @@ Measures, in one process and one run:
 * the machine's matmul peak per dtype (best of a few GEMM shapes the model uses, plus a large square one);
 * SFT step (forward + backward + AdamW on float32 master weights), batch × length tokens;
 * RL update (same computation as SFT plus the log-softmax over the vocabulary at every position);
-* evaluation prefill (no grad, full prompt) and decode (one token per row with a KV cache).
+* evaluation prefill (no grad, full prompt) and decode (one token per row with a KV cache);
+* the attention kernel under bf16: sdpa (the CPU flash kernel) vs eager, on one SFT micro-batch (B/4).
 
 Each row prints achieved model GFLOP/s, MFU against the peak *of the same dtype* and the bfloat16/float32
 throughput ratio. FLOPs are counted analytically (Kaplan et al. 2020): forward = 2·N_matmul per token plus
@@ -52,12 +53,12 @@ def matmul_peak(dtype: torch.dtype, repeats: int) -> float:
     return best
 
 
-def build_model(args):
+def build_model(args, attn: str = "sdpa"):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
                       num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=1024, tie_word_embeddings=True)
+                      max_position_embeddings=1024, tie_word_embeddings=True, attn_implementation=attn)
     torch.manual_seed(0)
     return Qwen2ForCausalLM(cfg)
 
@@ -99,6 +100,25 @@ def decode(model, ids, dtype, new_tokens: int):
         for _ in range(new_tokens):
             out = model(input_ids=nxt, past_key_values=past, use_cache=True)
             past, nxt = out.past_key_values, out.logits[:, -1:].argmax(-1)
+
+
+def attention_kernels(args, ids) -> dict:
+    """bf16 SFT step and prefill with the CPU flash kernel (sdpa, transformers' default) vs eager attention
+    (what ``model.attn_implementation=auto`` picks for bf16 compute on a CPU), same weights, one run."""
+    out = {}
+    for attn in ("sdpa", "eager"):
+        model = build_model(args, attn)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
+        model.train()
+        s_sft = timed(lambda: sft_step(model, opt, ids, torch.bfloat16, rl=False), args.repeats)
+        model.eval()
+        s_pre = timed(lambda: prefill(model, ids, torch.bfloat16), args.repeats)
+        out[attn] = {"sft_step_s": round(s_sft, 4), "prefill_s": round(s_pre, 4)}
+    print(f"attention kernel, bf16 (seconds): sft step sdpa {out['sdpa']['sft_step_s']:.3f} eager "
+          f"{out['eager']['sft_step_s']:.3f} (eager/sdpa {out['eager']['sft_step_s'] / out['sdpa']['sft_step_s']:.2f}); "
+          f"prefill sdpa {out['sdpa']['prefill_s']:.3f} eager {out['eager']['prefill_s']:.3f} "
+          f"(eager/sdpa {out['eager']['prefill_s'] / out['sdpa']['prefill_s']:.2f})")
+    return out
 
 
 def run(args) -> dict:
@@ -144,6 +164,7 @@ def run(args) -> dict:
         print(f"{loop:<14}{f32:>13.1f}{m32:>7.0%}{b16:>14.1f}{m16:>7.0%}{b16 / f32:>10.2f}x")
         report["rows"][loop] = {"fp32_gflops": round(f32, 1), "fp32_mfu": round(m32, 3), "bf16_gflops": round(b16, 1),
                                 "bf16_mfu": round(m16, 3), "bf16_over_fp32": round(b16 / f32, 2)}
+    report["attention"] = attention_kernels(args, ids[: max(B // 4, 1)])  # one SFT micro-batch
     return report
 
 

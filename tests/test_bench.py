@@ -56,6 +56,9 @@ def test_bench_mfu_prints_both_precisions(tmp_path):
     rows = json.loads(res.read_text())["rows"]
     assert set(rows) == {"sft_step", "rl_update", "eval_prefill", "eval_decode"}
     assert all(r["fp32_gflops"] > 0 and r["bf16_gflops"] > 0 for r in rows.values())
+    assert "eager/sdpa" in stdout
+    attn = json.loads(res.read_text())["attention"]
+    assert set(attn) == {"sdpa", "eager"} and all(v["sft_step_s"] > 0 for v in attn.values())
 
 
 def test_bench_stages_compares_before_and_today(tmp_path, shared_data):

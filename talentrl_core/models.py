@@ -189,10 +189,8 @@ def load_model(path: str | Path, cfg: Optional[ModelConfig] = None, device: Opti
     dtype = getattr(torch, cfg.dtype) if cfg else torch.float32
     local = check_model_path(path)
     dev = resolve_device(device or (cfg.device if cfg else "cpu"))
-    kwargs = {}
-    if cfg is not None:
-        attn = resolve_attn_implementation(cfg.attn_implementation, resolve_compute_dtype(cfg.compute_dtype, dev), dev)
-        kwargs = {"attn_implementation": attn} if attn else {}
+    attn = cfg and resolve_attn_implementation(cfg.attn_implementation, resolve_compute_dtype(cfg.compute_dtype, dev), dev)
+    kwargs = {"attn_implementation": attn} if attn else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)
     except Exception as e:  # noqa: BLE001 - safetensors, torch and json raise several types for a damaged folder

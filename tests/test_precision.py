@@ -27,7 +27,7 @@ def test_bad_compute_dtype_is_refused_by_name():
         ModelConfig(compute_dtype="fp8")
 
 
-def test_attention_kernel_follows_the_compute_dtype(tmp_path, monkeypatch, shared_data):
+def test_attention_kernel_follows_the_compute_dtype(tmp_path, shared_data):
     """auto: eager attention for bf16 compute on a CPU, transformers' default otherwise; a forced value is kept and a
     bad one named. The loaded model really runs the chosen kernel, and both kernels give the same log-probs."""
     from talentrl_core.models import build_tiny, load_model

@@ -130,9 +130,9 @@ def test_evolution_promotes_only_on_gain_and_caps_size(tmp_path):
     c = cands[0]
     v0 = lib.version
     assert promote(lib, c, gain_with=0.4, gain_without=0.5) is None  # a loss
-    assert lib.promote(c, 0.55, 0.5, min_gain=0.1) is None  # gain below min_gain
+    assert promote(lib, c, 0.55, 0.5, min_gain=0.1) is None  # gain below min_gain
     assert lib.version == v0 and lib.latest_version == v0
-    v1 = lib.promote(c, 0.8, 0.5, min_gain=0.1)
+    v1 = promote(lib, c, 0.8, 0.5, min_gain=0.1)
     assert v1 == v0 + 1 and lib.version == v1
     new = lib.skill(c.skill.skill_id)
     assert (new.success_with, new.success_without, new.utility) == (0.8, 0.5, pytest.approx(0.3))
@@ -140,7 +140,7 @@ def test_evolution_promotes_only_on_gain_and_caps_size(tmp_path):
     # at the cap, promotion evicts the lowest-utility skill and unlinks it from talents
     n = len(lib.skills("alfworld"))
     lowest = min(lib.skills("alfworld"), key=lambda s: (s.utility, len(s.source_traj_ids), s.skill_id))
-    v2 = lib.promote(cands[1], 0.9, 0.5, max_skills=n)
+    v2 = promote(lib, cands[1], 0.9, 0.5, max_skills=n)
     assert v2 == v1 + 1 and len(lib.skills("alfworld")) == n
     ids = {s.skill_id for s in lib.skills("alfworld")}
     assert lowest.skill_id not in ids and cands[1].skill.skill_id in ids

@@ -311,7 +311,7 @@ def test_library_evolution_through_gated_api_and_resume_on_its_version(env_cfg, 
     matched with/without test, gated promote(); the version reached goes into checkpoints and is reopened."""
     from talentrl_core.config import LibraryConfig
     from talentrl_core.knowledge import LibraryKnowledge
-    from talentrl_core.library import Library, distill_library, propose_candidates
+    from talentrl_core.library import Library, distill_library, promote, propose_candidates
     from talentrl_core.library.embed import HashingEmbedder
     from talentrl_core.library.examples import textworld_trajectories
     from talentrl_core.prompts import SkillView
@@ -343,7 +343,7 @@ def test_library_evolution_through_gated_api_and_resume_on_its_version(env_cfg, 
     # a version reached during the run (here promoted by hand through the same API) is what resume reopens
     trajs = [t for g in tr.last_batch.groups for t in g.trajs]
     cand = propose_candidates(trajs, lib, "textworld", success_threshold=1.01)[0]
-    v = lib.promote(cand, 1.0, 0.0)
+    v = promote(lib, cand, 1.0, 0.0)
     tr.knowledge = pin_version(tr.knowledge, v)
     tr.history.append({"step": 1, **m})
     tr.save_checkpoint(1)

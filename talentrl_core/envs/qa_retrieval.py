@@ -245,7 +245,7 @@ def load_embedder(name: str = DEFAULT_EMBEDDER, device: str = "cpu"):
     The library's loader (one shared instance per process, HF_HUB_OFFLINE=1): nothing is downloaded,
     and the skill library and the QA retriever do not load the model twice.
     """
-    from ..library.embed import load_sentence_transformer
+    from ..sentence_models import load_sentence_transformer
 
     return load_sentence_transformer(name, device)
 

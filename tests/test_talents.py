@@ -2,6 +2,7 @@
 ordinal menu ids, and the "Does the talent matter?" metrics (DESIGN.md §3, issue 14)."""
 
 import dataclasses
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -196,3 +197,21 @@ def test_seed_replicates_pool_paired_counts(tmp_path):
     assert tf["per_seed"]["seed1"]["a_only"] == 1 and not tf["a_ahead_in_every_seed"]
     # seed 0's talent_sft is the shared SFT baseline of every seed
     assert res["pairs"]["talentrl vs talent_sft"]["pooled"]["a_only"] == 3
+
+
+def test_flat_share_renders_whole_trajectories_as_the_flat_baseline_sees_them(knowledge, runs):
+    k, _ = knowledge
+    flat_k = LibraryKnowledge(k.lib, k.cfg, flat=True)
+    none = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0))
+    half = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0, flat_share=0.5))
+    again = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0, flat_share=0.5))
+    assert none.report["flat_trajectories"] == 0
+    n_succ = half.report["n_successful"]
+    assert 0 < half.report["flat_trajectories"] < n_succ  # a share, chosen per trajectory
+    assert [s["messages"] for s in half.samples] == [s["messages"] for s in again.samples]  # seeded, stable
+    flat_exec = [s for s in half.samples if s["kind"] == "exec" and not s["talent_id"]]
+    assert flat_exec and all("Strategy (" not in s["messages"][1]["content"] for s in flat_exec)
+    flat_only = build_sft_data(runs, flat_k, SFTConfig(min_skill_share=0.0))  # what a flat SkillBank SFT would see
+    flat_prompts = {json.dumps(s["messages"]) for s in flat_only.samples if s["kind"] == "exec"}
+    assert all(json.dumps(s["messages"]) in flat_prompts for s in flat_exec)
+    assert len(half.samples) == len(none.samples)  # rendered differently, not added

@@ -3,7 +3,8 @@
 Systems (one table, each a (checkpoint, routing, retrieval) triple):
 
     zero_shot       base model (before SFT), no talent, no skills
-    flat_skillbank  talent-SFT checkpoint, no talent, flat retrieval (λ = 0) — the SkillBank baseline
+    flat_skillbank  talent-SFT checkpoint, no talent, flat retrieval (λ = 0) — the SkillBank baseline (``sft.flat_share``
+                    of the SFT trajectories were rendered this way, so its prompts are ones the checkpoint was trained on)
     random_talent   talent-SFT checkpoint, a seeded random talent per task
     oracle_talent   talent-SFT checkpoint, the oracle talent of the task (distillation label)
     talent_sft      talent-SFT checkpoint, the policy routes

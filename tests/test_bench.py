@@ -81,3 +81,26 @@ def test_bench_webshop_prints_latency_ratio_and_projection(tmp_path, shared_data
     assert [r["backend"] for r in figures["search"]] == ["rank_bm25 (baseline)", "memory", "mmap"]
     assert figures["scale"][-1]["products"] == 1_181_436 and figures["scale"][-1]["projected"]
     assert "ratio vs baseline" in stdout
+
+
+def test_bench_behaviour_counts_route_following_and_reversals_against_chance():
+    import importlib.util
+
+    from talentrl_core.trajectories import Step, Trajectory
+
+    spec = importlib.util.spec_from_file_location("bench_behaviour", ROOT / "bench" / "bench_behaviour.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+
+    def traj(goal, acts_and_exits, success):
+        steps = [Step("", "", a, "", 0.0, True, admissible=[f"go {d}" for d in ex]) for a, ex in acts_and_exits]
+        return Trajectory("r", "textworld", "eval", goal, "tw", "{}", goal=goal, steps=steps, success=success)
+
+    follows = traj("First, go west. Then, go north.", [("go west", "wn"), ("go north", "en"), ("take coin", "e")], True)
+    pingpong = traj("First, go south. Then, go east.", [("go north", "ns"), ("go south", "ns"), ("go north", "ns")], False)
+    out = mod.behaviour([follows, pingpong])
+    assert out["success"] == 0.5 and out["first_move_on_route"] == 0.5 and out["first_move_chance"] == 0.5
+    assert out["first_move_vs_chance"] == 1.0
+    # three moves after a move, each with two exits: north after west (not back), south after north and north after
+    # south (both straight back): 2 of 3 reversals where chance is 1/2
+    assert out["reversal"] == round(2 / 3, 3) and out["reversal_chance"] == 0.5 and out["reversal_vs_chance"] == 1.33

@@ -43,14 +43,24 @@ def step_observations(t: Trajectory) -> list[str]:
     return obs
 
 
-def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[str], history: int, obs_chars: int) -> list[dict]:
+def forced(admissible: Optional[Sequence[str]]) -> bool:
+    """Whether a step offered exactly one command besides look/inventory (constrained decoding takes it unasked).
+
+    >>> forced(["go north", "look", "inventory"]), forced(["go north", "go east"]), forced(None)
+    (True, False, False)
+    """
+    return admissible is not None and len([a for a in admissible if a not in ("look", "inventory")]) == 1
+
+
+def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[str], history: int, obs_chars: int,
+                      skip_forced: bool = False) -> list[dict]:
     ctx = knowledge.context(t.env, t.goal, t.task_type, talent_id, True)
     out = []
     steps = [s for s in t.steps if not s.action.startswith("talent:")]
     obs_before = [t.initial_observation] + [s.observation for s in steps[:-1]]
     hist: list[tuple[str, str]] = []
     for s, obs in zip(steps, obs_before):
-        if not s.valid or not s.action:
+        if not s.valid or not s.action or (skip_forced and forced(s.admissible)):
             hist.append((obs, s.action or s.completion))
             continue
         ec = ExecContext(env=t.env, goal=t.goal, observation=obs, talent=ctx.talent, skills=ctx.skills,
@@ -110,7 +120,7 @@ def build_sft_data(
             samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": []})
         flat = rendered_flat(t, cfg.flat_share, cfg.seed)
         n_flat += flat
-        samples.extend(execution_samples(t, knowledge, None if flat else talent, history, obs_chars))
+        samples.extend(execution_samples(t, knowledge, None if flat else talent, history, obs_chars, cfg.skip_forced))
     exec_s = [s for s in samples if s["kind"] == "exec"]
     with_skill = sum(1 for s in exec_s if s["skill_ids"])
     keys = [json.dumps(s["messages"], sort_keys=True) for s in samples]

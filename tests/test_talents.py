@@ -215,3 +215,23 @@ def test_flat_share_renders_whole_trajectories_as_the_flat_baseline_sees_them(kn
     flat_prompts = {json.dumps(s["messages"]) for s in flat_only.samples if s["kind"] == "exec"}
     assert all(json.dumps(s["messages"]) in flat_prompts for s in flat_exec)
     assert len(half.samples) == len(none.samples)  # rendered differently, not added
+
+
+def test_skip_forced_drops_only_the_steps_constrained_decoding_takes_unasked(knowledge, runs):
+    from talentrl_core.sft import forced
+
+    k, _ = knowledge
+    cfg = SFTConfig(min_skill_share=0.0)
+    every = build_sft_data(runs, k, cfg)
+    chosen = build_sft_data(runs, k, dataclasses.replace(cfg, skip_forced=True))
+    n_forced = sum(1 for t in runs if t.success for s in t.steps
+                   if s.valid and s.action and not s.action.startswith("talent:") and forced(s.admissible))
+    assert n_forced > 0
+    assert len(every.samples) - len(chosen.samples) == n_forced
+    for s in chosen.samples:
+        if s["kind"] == "exec":
+            shown = s["messages"][1]["content"].split("Admissible: ")[1].split("\n")[0].split(", ")
+            assert len(shown) > 1  # every kept label is a decision between commands
+    # a kept sample is the same prompt as without skipping: the forced moves stay in its history
+    full = {json.dumps(s["messages"]) for s in every.samples}
+    assert all(json.dumps(s["messages"]) in full for s in chosen.samples)

@@ -362,9 +362,9 @@ class SFTConfig:
     include_routing: bool = True
     "Train the routing sample (task + menu -> <talent>ID</talent>)."
     skip_forced: bool = False
-    ("Leave out execution samples whose step offered one command (besides look/inventory). Constrained decoding takes "
-     "such a step without asking the policy, so its label teaches no decision, only a pattern: on TextWorld the forced "
-     "back-outs of dead ends are where nearly every walk-back of the demonstrations sits.")
+    ("Leave out execution samples whose step offered one command (besides look/inventory): constrained decoding takes "
+     "such a step without asking the policy. On the demo it made the executor worse (hidden-route success 0.32 -> 0.18; "
+     "docs/results/talents-executor-2026-12-01), so it is off by default.")
     flat_share: float = 0.0
     ("Share of successful trajectories whose execution samples are rendered flat: no strategy line, skills retrieved "
      "without the talent term (talent dropout). The flat SkillBank baseline then runs on prompts its checkpoint was "

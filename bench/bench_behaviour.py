@@ -33,10 +33,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from talentrl_core.envs.textworld_strategies import REVERSE, goal_route  # noqa: E402
 
 
-def moves(actions: list[str]) -> list[str]:
-    return [a[3:] for a in actions if a.startswith("go ") and a[3:] in REVERSE]
-
-
 def exits(admissible: Optional[list[str]]) -> int:
     return max(1, sum(1 for a in admissible or () if a.startswith("go ")))
 

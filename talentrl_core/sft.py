@@ -11,7 +11,6 @@ duplicate share. The flat-SkillBank implementation this replaces had skills in ~
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import time
@@ -23,7 +22,8 @@ from typing import Optional, Sequence
 from .config import ModelConfig, SFTConfig
 from .io import atomic_dir, disk_full_named, remove_orphans, write_json
 from .prompts import CHAT_TEMPLATE_KWARGS, ExecContext, execution_messages, format_action, format_talent, routing_messages, shown_id
-from .rollout import Knowledge
+from .rl.seeding import derive_seed
+from .rollout import Knowledge, action_completions
 from .trajectories import Trajectory
 from .workdir import JOB_FILE, claim, say, set_aside
 
@@ -43,13 +43,16 @@ def step_observations(t: Trajectory) -> list[str]:
     return obs
 
 
-def forced(admissible: Optional[Sequence[str]]) -> bool:
-    """Whether a step offered exactly one command besides look/inventory (constrained decoding takes it unasked).
+def forced(env: str, admissible: Optional[Sequence[str]]) -> bool:
+    """Whether constrained decoding allows exactly one completion at this step (it then takes it unasked).
 
-    >>> forced(["go north", "look", "inventory"]), forced(["go north", "go east"]), forced(None)
-    (True, False, False)
+    >>> forced("textworld", ["go north", "look", "inventory"]), forced("textworld", ["go north", "go east"])
+    (True, False)
+    >>> forced("qa", None)
+    False
     """
-    return admissible is not None and len([a for a in admissible if a not in ("look", "inventory")]) == 1
+    allowed = action_completions(env, list(admissible) if admissible is not None else None)
+    return allowed is not None and len(allowed) == 1
 
 
 def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[str], history: int, obs_chars: int,
@@ -60,7 +63,7 @@ def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[s
     obs_before = [t.initial_observation] + [s.observation for s in steps[:-1]]
     hist: list[tuple[str, str]] = []
     for s, obs in zip(steps, obs_before):
-        if not s.valid or not s.action or (skip_forced and forced(s.admissible)):
+        if not s.valid or not s.action or (skip_forced and forced(t.env, s.admissible)):
             hist.append((obs, s.action or s.completion))
             continue
         ec = ExecContext(env=t.env, goal=t.goal, observation=obs, talent=ctx.talent, skills=ctx.skills,
@@ -88,10 +91,7 @@ def rendered_flat(t: Trajectory, share: float, seed: int = 0) -> bool:
     >>> rendered_flat(Trajectory("r", "textworld", "train", "t1", "x", "{}", traj_uid="a"), 1.0)
     True
     """
-    if share <= 0.0:
-        return False
-    h = int(hashlib.sha256(f"{seed}|{t.traj_uid}".encode()).hexdigest()[:15], 16)
-    return h / float(1 << 60) < share
+    return share > 0.0 and derive_seed(seed, t.traj_uid) / float(1 << 60) < share
 
 
 def build_sft_data(
@@ -336,8 +336,7 @@ def labelled_positions_trainer(base):
 def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> dict:
     """What an SFT result depends on (its checkpoints resume only under the same job; ``workdir.claim``)."""
     import dataclasses
-    import hashlib
-
+    
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps")}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
     return {"base_model": base_model, "sft": settings, "model": dataclasses.asdict(model_cfg),

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from ..io import atomic_path
 from ..sentence_models import DEFAULT_MODEL, load_sentence_transformer
 
+
 class TextEncoder(Protocol):
     """What the library needs from an embedder (tests pass small fakes)."""
 

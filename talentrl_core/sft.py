@@ -11,6 +11,7 @@ duplicate share. The flat-SkillBank implementation this replaces had skills in ~
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import time

@@ -10,8 +10,8 @@ import pytest
 
 from talentrl_core.config import EnvConfig, LibraryConfig, SFTConfig
 from talentrl_core.envs.strategies import get_strategy, strategies
-from talentrl_core.envs.textworld_env import TextWorldFamily
-from talentrl_core.envs.textworld_strategies import goal_route, hide_route
+from talentrl_core.envs.textworld_env import TextWorldFamily, walkthrough_route
+from talentrl_core.envs.textworld_strategies import HEADINGS, goal_route, hide_route
 from talentrl_core.evaluation.report import EpisodeResult, build_metrics, render_markdown
 from talentrl_core.evaluation.talent_effect import talent_metrics
 from talentrl_core.knowledge import LibraryKnowledge
@@ -22,6 +22,7 @@ from talentrl_core.sft import build_sft_data
 from talentrl_core.trajectories import SCHEMA, read_trajectories, write_trajectories
 
 STATED, HIDDEN = "tw-coin_collector", "tw-coin_collector-hidden"
+NE, SW = "tw-coin_collector-hint-ne", "tw-coin_collector-hint-sw"
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +55,7 @@ def knowledge(runs, tmp_path_factory):
 
 
 def test_registry_names_choices():
-    assert [s.name for s in strategies("textworld")] == ["follow", "explore"]
+    assert [s.name for s in strategies("textworld")] == ["follow", "explore", "northeast", "southwest"]
     assert strategies("qa") == []
     with pytest.raises(KeyError, match="choose from"):
         get_strategy("textworld", "teleport")
@@ -73,6 +74,48 @@ def test_hidden_route_goal_has_no_directions(family):
     env.close()
     # route=hidden plays the route=stated game of the same level and seed: no second compile
     assert family.game_file(hidden[0]).parent.name == "level=5"
+
+
+@pytest.fixture(scope="module")
+def headings(session_cache) -> TextWorldFamily:
+    """The demo's families: 4-room chains whose route stays north-east / south-west, the goal naming the directions."""
+    cfg = EnvConfig(challenges=["tw-coin_collector:level=4,route=hint,quadrant=ne",
+                                "tw-coin_collector:level=4,route=hint,quadrant=sw"], train_seeds=[1, 24], max_steps=8)
+    return TextWorldFamily(cfg, session_cache)
+
+
+def test_quadrant_families_keep_the_seeds_whose_route_stays_in_them(headings):
+    tasks = headings.tasks("train")
+    types = {t.task_type for t in tasks}
+    assert types == {NE, SW} and len(tasks) < 48  # seeds whose route turns both ways are in neither family
+    for t in tasks:
+        assert set(walkthrough_route(headings.game_file(t))) <= set(HEADINGS[t.task_type[-2:]])
+    assert headings.tasks("train", n=5, seed=1) == headings.tasks("train", n=5, seed=1)
+    env = headings.make()
+    for t in (next(t for t in tasks if t.task_type == NE), next(t for t in tasks if t.task_type == SW)):
+        first = env.reset(t)
+        route = walkthrough_route(headings.game_file(t))
+        assert goal_route(env.goal()) == []  # the steps are not given ...
+        said = env.goal().split("every step of it goes ")[1].split(".")[0]
+        assert set(said.replace(" or ", " ").split()) == set(route)  # ... the directions they use are
+        assert env.goal() in " ".join(first.split())  # the intro observation shows the same hint, not the route
+    env.close()
+
+
+def test_heading_experts_win_their_own_quadrant_and_only_it(headings):
+    tasks = headings.tasks("train")
+    rate = {}
+    for name in ("northeast", "southwest"):
+        trajs = run_episodes(headings.make, [EpisodeSpec(t, seed=i) for i, t in enumerate(tasks)], ExpertPolicy(name),
+                             RolloutSettings(max_steps=8), progress=False)
+        for t in trajs:
+            rate.setdefault((t.task_type, name), []).append(t.success)
+        again = run_episodes(headings.make, [EpisodeSpec(tasks[0], seed=7)], ExpertPolicy(name), RolloutSettings(max_steps=8),
+                             progress=False)[0]
+        assert [s.action for s in again.steps] == [s.action for s in trajs[0].steps]
+    rate = {k: sum(v) / len(v) for k, v in rate.items()}
+    assert rate[(NE, "northeast")] == rate[(SW, "southwest")] == 1.0
+    assert rate[(NE, "southwest")] == rate[(SW, "northeast")] == 0.0
 
 
 def test_each_strategy_wins_its_own_family_and_is_deterministic(family, runs):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import json
 import os
 import random
 import re
@@ -45,7 +46,7 @@ from typing import Any, Iterator, Optional, Sequence
 from talentrl_core.config import EnvConfig
 from talentrl_core.envs.base import StepResult, Task
 from talentrl_core.envs.strategies import EpisodeView, get_strategy
-from talentrl_core.envs.textworld_strategies import hide_route
+from talentrl_core.envs.textworld_strategies import HEADINGS, REVERSE, hide_route, hint_route, quadrant_of
 
 FAMILY = "textworld"
 CHALLENGES = ("tw-coin_collector", "tw-treasure_hunter", "tw-simple", "tw-cooking")
@@ -94,18 +95,23 @@ def canonical_settings(settings: str) -> str:
     return out or "default"
 
 
-ENV_OPTIONS = {"route": ("stated", "hidden")}
-"""Settings the environment applies itself (not TextWorld's generator): ``route=hidden`` shows the goal
-without its directions (``textworld_strategies.hide_route``); the game file is the same as ``route=stated``."""
+ENV_OPTIONS = {"route": ("stated", "hidden", "hint"), "quadrant": ("any",) + tuple(HEADINGS)}
+"""Settings the environment applies itself (not TextWorld's generator); the game file is the one without them.
+
+* ``route=hidden`` shows the goal without its directions (``textworld_strategies.hide_route``); ``route=hint``
+  replaces them with the set of directions the route uses ("every step of it goes north or east",
+  ``hint_route``).
+* ``quadrant=ne|sw|nw|se`` keeps only the seeds whose walkthrough moves stay in that quadrant
+  (``quadrant_of``): a family where a heading strategy is right at every step."""
 
 
 def split_settings(settings: str) -> tuple[str, dict[str, str]]:
     """Canonical settings → (the generator's settings, the env options with defaults filled in).
 
     >>> split_settings("level=5,route=hidden")
-    ('level=5', {'route': 'hidden'})
+    ('level=5', {'route': 'hidden', 'quadrant': 'any'})
     >>> split_settings("level=5")
-    ('level=5', {'route': 'stated'})
+    ('level=5', {'route': 'stated', 'quadrant': 'any'})
     """
     game, opts = [], {k: v[0] for k, v in ENV_OPTIONS.items()}
     canon = canonical_settings(settings)
@@ -378,6 +384,16 @@ def generate_game(cache_dir: str | os.PathLike, spec: GameSpec) -> Path:
     return dest
 
 
+def walkthrough_route(game_file: Path) -> list[str]:
+    """The directions of a generated game's walkthrough, in order (read from its .json, no game started)."""
+    path = Path(game_file).with_suffix(".json")
+    try:
+        walk = json.loads(path.read_text())["metadata"]["walkthrough"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise RuntimeError(f"TextWorld game metadata {path} is unreadable or has no walkthrough ({e}); delete it to regenerate") from e
+    return [c[3:] for c in walk if c.startswith("go ") and c[3:] in REVERSE]
+
+
 def _generate_worker(args: tuple[str, str, str, int]) -> tuple[str, float]:
     cache_dir, challenge, settings, seed = args
     t0 = time.perf_counter()
@@ -508,8 +524,9 @@ class TextWorldEnv:
         self._history = []
         self._transcript = []
         objective = " ".join(str(self._state.get("objective") or "").split())
-        self._hide_route = spec_of(task).options["route"] == "hidden"
-        self._objective = hide_route(objective) if self._hide_route else objective
+        route = spec_of(task).options["route"]
+        self._hide_route = route != "stated"
+        self._objective = {"hidden": hide_route, "hint": hint_route}.get(route, str)(objective)
         obs = clean_text(self._state.feedback)
         if self._hide_route:  # the intro observation repeats the objective: show the hidden text there too
             paras = obs.split("\n\n")
@@ -635,9 +652,10 @@ class TextWorldFamily:
 
     @staticmethod
     def task_type(challenge: str, settings: str) -> str:
-        """The challenge name, plus ``-<value>`` for each env option away from its default (``tw-coin_collector-hidden``)."""
+        """The challenge name, plus ``-<value>`` for each env option away from its default, in ``ENV_OPTIONS`` order
+        (``tw-coin_collector-hidden``, ``tw-coin_collector-hint-ne``)."""
         opts = split_settings(settings)[1]
-        return challenge + "".join(f"-{v}" for k, v in sorted(opts.items()) if v != ENV_OPTIONS[k][0])
+        return challenge + "".join(f"-{opts[k]}" for k, vals in ENV_OPTIONS.items() if opts[k] != vals[0])
 
     def task_types(self) -> list[str]:
         return list(dict.fromkeys(self.task_type(c, s) for c, s in self.challenges))
@@ -663,10 +681,20 @@ class TextWorldFamily:
                         {"challenge": challenge, "settings": settings, "seed": s},
                     )
                 )
+        out = self._in_quadrant(out)
         if 0 < n < len(out):
             keep = sorted(random.Random(seed).sample(range(len(out)), n))
             out = [out[i] for i in keep]
         return out
+
+    def _in_quadrant(self, tasks: list[Task]) -> list[Task]:
+        """Drop the tasks of a ``quadrant=`` challenge whose route leaves it (their games are generated first)."""
+        wanted = [t for t in tasks if spec_of(t).options["quadrant"] != "any"]
+        if not wanted:
+            return tasks
+        prepare_games(self.cache_dir, wanted, workers=min(4, os.cpu_count() or 1), progress=False)
+        keep = {t.key for t in wanted if quadrant_of(walkthrough_route(self.game_file(t))) == spec_of(t).options["quadrant"]}
+        return [t for t in tasks if spec_of(t).options["quadrant"] == "any" or t.key in keep]
 
     def make(self) -> TextWorldEnv:
         return TextWorldEnv(self.cache_dir)

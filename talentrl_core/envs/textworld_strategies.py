@@ -6,10 +6,18 @@
   west) that have not been tried from it, never straight back the way it came; when a room has none left,
   walk back the way it was entered; take the goal's object as soon as it can. It ignores stated routes.
 
+* ``northeast`` / ``southwest`` — *head one way*: in every room take the first admissible exit in a fixed
+  order (north, east, south, west / south, west, north, east), with no memory at all; take the goal's object
+  as soon as it can. On a route whose every step goes north or east (a ``quadrant=ne`` task, see
+  ``textworld_env``) ``northeast`` walks it straight, since the way back is always south or west; on such a
+  route ``southwest`` turns back at the first room and oscillates.
+
 On a task whose goal states the route, ``follow`` walks the shortest path while ``explore`` pays for every
 dead end it opens; on a task whose goal hides the route (``route=hidden``, see ``textworld_env``) only
-``explore`` can act. Both read only the agent's view: the goal, the room headers (``-= Room =-``) of the
-observations, the admissible commands and their own past actions.
+``explore`` can act. The headings need nothing but the room's exits: a rule a small executor can carry out
+from the talent's own text, where following a stated route means copying the k-th direction out of the goal.
+All read only the agent's view: the goal, the room headers (``-= Room =-``) of the observations, the
+admissible commands and their own past actions.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ _DIR_RE = re.compile(r"\b(north|south|east|west)\b", re.I)
 _SENTENCE_RE = re.compile(r"[^.!?]+[.!?]*")
 _ROOM_RE = re.compile(r"-=\s*(.+?)\s*=-")
 _LEAD_RE = re.compile(r"^[^,]{0,40},\s*")
+_NOT_GIVEN = "The route is not given"
 
 
 def sentences(text: str) -> list[str]:
@@ -38,9 +47,13 @@ def goal_route(goal: str) -> list[str]:
     ['west', 'north']
     >>> goal_route("Find the coin. It lies on the floor of the vault.")
     []
+    >>> goal_route("The route is not given, but every step of it goes south or west. Take the coin.")
+    []
     """
     out = []
     for s in sentences(goal):
+        if s.startswith(_NOT_GIVEN):  # route=hidden / route=hint: the hint names directions, not steps
+            continue
         m = _DIR_RE.search(s)
         if m:
             out.append(m.group(1).lower())
@@ -58,7 +71,7 @@ def hide_route(goal: str) -> str:
     for s in sentences(goal):
         if _DIR_RE.search(s):
             if not hid:
-                kept.append("The route is not given: find it yourself.")
+                kept.append(f"{_NOT_GIVEN}: find it yourself.")
                 hid = True
             continue
         if hid:
@@ -66,6 +79,32 @@ def hide_route(goal: str) -> str:
             s = s[:1].upper() + s[1:]
         kept.append(s)
     return " ".join(kept)
+
+
+HEADINGS = {"ne": ("north", "east"), "sw": ("south", "west"), "nw": ("north", "west"), "se": ("south", "east")}
+"The quadrants a route can stay in, by the two directions its steps may take."
+
+
+def quadrant_of(route: list[str]) -> Optional[str]:
+    """The first quadrant of ``HEADINGS`` that holds every step of ``route`` (None: it turns both ways).
+
+    >>> quadrant_of(["north", "east", "north"]), quadrant_of(["west"]), quadrant_of(["north", "south"])
+    ('ne', 'sw', None)
+    """
+    steps = set(route)
+    return next((q for q, dirs in HEADINGS.items() if steps and steps <= set(dirs)), None)
+
+
+def hint_route(goal: str) -> str:
+    """The goal with its directions replaced by the set of directions the route uses (``route=hint``).
+
+    >>> hint_route("First, venture west. Then, go south. And then, take the coin from the floor of the den.")
+    'The route is not given, but every step of it goes south or west. Take the coin from the floor of the den.'
+    """
+    used = set(goal_route(goal))
+    dirs = [d for d in DIRECTIONS if d in used]
+    said = " or ".join(dirs) if len(dirs) < 3 else ", ".join(dirs[:-1]) + " or " + dirs[-1]
+    return hide_route(goal).replace(f"{_NOT_GIVEN}: find it yourself.", f"{_NOT_GIVEN}, but every step of it goes {said}.")
 
 
 def room_of(observation: str) -> Optional[str]:
@@ -124,9 +163,31 @@ def explore(view: EpisodeView) -> Optional[str]:
     return f"go {back}" if back and f"go {back}" in view.admissible else None
 
 
+def heading(order: tuple[str, ...]):
+    """A memoryless strategy: the goal's object on sight, else the first admissible exit in ``order``."""
+
+    def act(view: EpisodeView) -> Optional[str]:
+        take = goal_take(view)
+        if take:
+            return take
+        return next((f"go {d}" for d in order if f"go {d}" in view.admissible), None)
+
+    return act
+
+
 FOLLOW = register(Strategy("textworld", "follow", "Follow the route the goal states, step by step, then take the object.", follow))
 EXPLORE = register(Strategy(
     "textworld", "explore",
     "Explore depth-first: try each room's untried exits (north, east, south, west), back out of dead ends, take the object on sight.",
     explore,
+))
+NORTHEAST = register(Strategy(
+    "textworld", "northeast",
+    "Head north-east: in every room take the north exit, else the east one (south, then west, only when there is no other); take the object on sight.",
+    heading(("north", "east", "south", "west")),
+))
+SOUTHWEST = register(Strategy(
+    "textworld", "southwest",
+    "Head south-west: in every room take the south exit, else the west one (north, then east, only when there is no other); take the object on sight.",
+    heading(("south", "west", "north", "east")),
 ))

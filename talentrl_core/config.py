@@ -361,6 +361,10 @@ class SFTConfig:
     "Fail when more than this share of samples are exact duplicates."
     include_routing: bool = True
     "Train the routing sample (task + menu -> <talent>ID</talent>)."
+    routing_weight: int = 1
+    ("How often each routing sample is drawn per epoch (execution samples: once). There is one routing sample per "
+     "task against several execution steps per trajectory, and the route is an association the executor's data does "
+     "not teach; a mixing weight, as in dataset interleaving.")
     skip_forced: bool = False
     ("Leave out execution samples whose step offered one command (besides look/inventory): constrained decoding takes "
      "such a step without asking the policy. On the demo it made the executor worse (hidden-route success 0.32 -> 0.18; "
@@ -375,6 +379,7 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check_ranges("sft", self, max_steps=_AT_LEAST_1, lr=_POSITIVE, batch_size=_AT_LEAST_1, warmup_steps=_NON_NEGATIVE,
                      save_steps=_AT_LEAST_1, max_minutes=_NON_NEGATIVE, weight_decay=_NON_NEGATIVE, grad_accum=_AT_LEAST_1,
+                     routing_weight=_AT_LEAST_1,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:

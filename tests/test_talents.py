@@ -278,3 +278,10 @@ def test_skip_forced_drops_only_the_steps_constrained_decoding_takes_unasked(kno
     # a kept sample is the same prompt as without skipping: the forced moves stay in its history
     full = {json.dumps(s["messages"]) for s in every.samples}
     assert all(json.dumps(s["messages"]) in full for s in chosen.samples)
+
+
+def test_a_small_quadrant_sample_is_seeded_and_stays_in_its_quadrant(headings):
+    every = headings.tasks("train")
+    few = headings.tasks("train", n=3, seed=5)
+    assert len(few) == 3 and set(t.key for t in few) <= set(t.key for t in every)
+    assert few == headings.tasks("train", n=3, seed=5) and few != headings.tasks("train", n=3, seed=6)

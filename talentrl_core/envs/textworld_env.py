@@ -681,20 +681,34 @@ class TextWorldFamily:
                         {"challenge": challenge, "settings": settings, "seed": s},
                     )
                 )
-        out = self._in_quadrant(out)
+        if any(spec_of(t).options["quadrant"] != "any" for t in out):
+            return self._in_quadrant(out, n, seed)
         if 0 < n < len(out):
             keep = sorted(random.Random(seed).sample(range(len(out)), n))
             out = [out[i] for i in keep]
         return out
 
-    def _in_quadrant(self, tasks: list[Task]) -> list[Task]:
-        """Drop the tasks of a ``quadrant=`` challenge whose route leaves it (their games are generated first)."""
-        wanted = [t for t in tasks if spec_of(t).options["quadrant"] != "any"]
-        if not wanted:
-            return tasks
-        prepare_games(self.cache_dir, wanted, workers=min(4, os.cpu_count() or 1), progress=False)
-        keep = {t.key for t in wanted if quadrant_of(walkthrough_route(self.game_file(t))) == spec_of(t).options["quadrant"]}
-        return [t for t in tasks if spec_of(t).options["quadrant"] == "any" or t.key in keep]
+    def _in_quadrant(self, tasks: list[Task], n: int, seed: int) -> list[Task]:
+        """``tasks`` without those of a ``quadrant=`` challenge whose route leaves the quadrant: their games are
+        generated to read the route. With ``n > 0``, the first n kept along a seeded permutation (a uniform subset
+        of the kept tasks), generating games a chunk at a time, so a small sample does not build the whole range."""
+        order = list(range(len(tasks)))
+        if n > 0:
+            random.Random(seed).shuffle(order)
+        keep: list[int] = []
+        chunk = max(4 * n, 16) if n > 0 else len(order)
+        for start in range(0, len(order), chunk):
+            part = [tasks[i] for i in order[start:start + chunk]]
+            prepare_games(self.cache_dir, [t for t in part if spec_of(t).options["quadrant"] != "any"],
+                          workers=min(4, os.cpu_count() or 1), progress=False)
+            keep += [i for i in order[start:start + chunk] if self._keeps(tasks[i])]
+            if 0 < n <= len(keep):
+                break
+        return [tasks[i] for i in sorted(keep[:n] if n > 0 else keep)]
+
+    def _keeps(self, task: Task) -> bool:
+        want = spec_of(task).options["quadrant"]
+        return want == "any" or quadrant_of(walkthrough_route(self.game_file(task))) == want
 
     def make(self) -> TextWorldEnv:
         return TextWorldEnv(self.cache_dir)

@@ -10,7 +10,7 @@ import pytest
 
 from talentrl_core.config import EnvConfig, LibraryConfig, SFTConfig
 from talentrl_core.envs.strategies import get_strategy, strategies
-from talentrl_core.envs.textworld_env import TextWorldFamily, walkthrough_route
+from talentrl_core.envs.textworld_env import ROUTE_SUFFIX, GameSpec, TextWorldFamily, generate_game, route_of, walkthrough_route
 from talentrl_core.envs.textworld_strategies import HEADINGS, goal_route, hide_route
 from talentrl_core.evaluation.report import EpisodeResult, build_metrics, render_markdown
 from talentrl_core.evaluation.talent_effect import talent_metrics
@@ -89,12 +89,12 @@ def test_quadrant_families_keep_the_seeds_whose_route_stays_in_them(headings):
     types = {t.task_type for t in tasks}
     assert types == {NE, SW} and len(tasks) < 48  # seeds whose route turns both ways are in neither family
     for t in tasks:
-        assert set(walkthrough_route(headings.game_file(t))) <= set(HEADINGS[t.task_type[-2:]])
+        assert set(route_of(headings.cache_dir, GameSpec.from_key(t.key))) <= set(HEADINGS[t.task_type[-2:]])
     assert headings.tasks("train", n=5, seed=1) == headings.tasks("train", n=5, seed=1)
     env = headings.make()
     for t in (next(t for t in tasks if t.task_type == NE), next(t for t in tasks if t.task_type == SW)):
         first = env.reset(t)
-        route = walkthrough_route(headings.game_file(t))
+        route = walkthrough_route(headings.game_file(t))  # reset compiled it
         assert goal_route(env.goal()) == []  # the steps are not given ...
         said = env.goal().split("every step of it goes ")[1].split(".")[0]
         assert set(said.replace(" or ", " ").split()) == set(route)  # ... the directions they use are
@@ -285,3 +285,16 @@ def test_a_small_quadrant_sample_is_seeded_and_stays_in_its_quadrant(headings):
     few = headings.tasks("train", n=3, seed=5)
     assert len(few) == 3 and set(t.key for t in few) <= set(t.key for t in every)
     assert few == headings.tasks("train", n=3, seed=5) and few != headings.tasks("train", n=3, seed=6)
+
+
+def test_listing_a_quadrant_family_compiles_none_of_the_seeds_it_drops(headings):
+    kept = {t.payload["seed"] for t in headings.tasks("train")}
+    dropped = sorted(set(range(1, 25)) - kept)
+    assert dropped
+    for seed in dropped:
+        spec = GameSpec("tw-coin_collector", "level=4,quadrant=ne,route=hint", seed)
+        game = spec.game_file(headings.cache_dir)
+        if not game.exists():  # another test may have compiled it; a fresh cache holds only the route
+            assert game.with_suffix(ROUTE_SUFFIX).is_file()
+    spec = GameSpec("tw-coin_collector", "level=4,quadrant=ne,route=hint", dropped[0])
+    assert route_of(headings.cache_dir, spec) == walkthrough_route(generate_game(headings.cache_dir, spec))

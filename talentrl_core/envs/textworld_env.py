@@ -41,7 +41,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 from talentrl_core.config import EnvConfig
 from talentrl_core.envs.base import StepResult, Task
@@ -384,6 +384,48 @@ def generate_game(cache_dir: str | os.PathLike, spec: GameSpec) -> Path:
     return dest
 
 
+ROUTE_SUFFIX = ".route.json"
+"Beside ``<seed>.z8``: ``<seed>.route.json`` holds the walkthrough route of a seed built but never compiled."
+
+
+def _moves(walk: Sequence[str]) -> list[str]:
+    return [c[3:] for c in walk if c.startswith("go ") and c[3:] in REVERSE]
+
+
+def route_of(cache_dir: str | os.PathLike, spec: GameSpec) -> list[str]:
+    """The directions of ``spec``'s walkthrough. From the compiled game's .json when there is one; else the game is
+    built in memory (a third of the cost of compiling it) and its route kept in ``<seed>.route.json``, so a seed that
+    a ``quadrant=`` family drops is never compiled."""
+    game = spec.game_file(cache_dir)
+    if is_generated(game):
+        return walkthrough_route(game)
+    marker = game.with_suffix(ROUTE_SUFFIX)
+    if marker.is_file():
+        try:
+            return list(json.loads(marker.read_text())["route"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise RuntimeError(f"TextWorld route file {marker} is unreadable ({e}); delete it to rebuild") from e
+    import textworld
+    import textworld.challenges
+
+    _, make, _ = textworld.challenges.CHALLENGES[spec.challenge]
+    options = textworld.GameOptions()
+    options.seeds = int(spec.seed)
+    with _home(_scratch_home()), _quiet_jericho(), _memoised_knowledge_base(), _walkthrough_without_compile():
+        route = _moves(make(parse_settings(spec.challenge, spec.settings), options).metadata["walkthrough"])
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    tmp = marker.with_name(f".{marker.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"key": spec.key, "route": route}))
+    os.replace(tmp, marker)
+    return route
+
+
+def _route_worker(args: tuple[str, str, str, int]) -> tuple[str, list[str]]:
+    cache_dir, challenge, settings, seed = args
+    spec = GameSpec(challenge, settings, seed)
+    return spec.key, route_of(cache_dir, spec)
+
+
 def walkthrough_route(game_file: Path) -> list[str]:
     """The directions of a generated game's walkthrough, in order (read from its .json, no game started)."""
     path = Path(game_file).with_suffix(".json")
@@ -391,7 +433,7 @@ def walkthrough_route(game_file: Path) -> list[str]:
         walk = json.loads(path.read_text())["metadata"]["walkthrough"]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise RuntimeError(f"TextWorld game metadata {path} is unreadable or has no walkthrough ({e}); delete it to regenerate") from e
-    return [c[3:] for c in walk if c.startswith("go ") and c[3:] in REVERSE]
+    return _moves(walk)
 
 
 def _generate_worker(args: tuple[str, str, str, int]) -> tuple[str, float]:
@@ -414,31 +456,33 @@ def prepare_games(
     by_file = {s.game_file(cache_dir): s for s in map(spec_of, tasks)}  # route=hidden shares its game
     specs = sorted(by_file.values(), key=lambda s: (s.challenge, s.settings, s.seed))
     missing = [s for s in specs if not is_generated(s.game_file(cache_dir))]
-    times: dict[str, float] = {}
     if not missing:
-        return times
+        return {}
+    jobs = [(str(cache_dir), s.challenge, s.settings, s.seed) for s in missing]
+    return dict(_run_jobs(_generate_worker, jobs, workers, "textworld games", progress))
+
+
+def _run_jobs(worker: Callable, jobs: list, workers: int, desc: str, progress: bool) -> list:
+    """``worker`` over ``jobs`` in ``workers`` spawned processes (in this one when ``workers <= 1``), with a bar."""
     from tqdm.auto import tqdm
 
-    jobs = [(str(cache_dir), s.challenge, s.settings, s.seed) for s in missing]
-    bar = tqdm(total=len(jobs), desc="textworld games", unit="game", disable=not progress)
+    out = []
+    bar = tqdm(total=len(jobs), desc=desc, unit="game", disable=not progress)
     try:
-        if workers <= 1 or len(jobs) == 1:
+        if workers <= 1 or len(jobs) <= 1:
             for job in jobs:
-                key, dt = _generate_worker(job)
-                times[key] = dt
+                out.append(worker(job))
                 bar.update(1)
         else:
             import multiprocessing as mp
 
             with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=mp.get_context("spawn")) as pool:
-                futures = [pool.submit(_generate_worker, job) for job in jobs]
-                for fut in as_completed(futures):
-                    key, dt = fut.result()
-                    times[key] = dt
+                for fut in as_completed([pool.submit(worker, job) for job in jobs]):
+                    out.append(fut.result())
                     bar.update(1)
     finally:
         bar.close()
-    return times
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -698,17 +742,22 @@ class TextWorldFamily:
         keep: list[int] = []
         chunk = max(4 * n, 16) if n > 0 else len(order)
         for start in range(0, len(order), chunk):
-            part = [tasks[i] for i in order[start:start + chunk]]
-            prepare_games(self.cache_dir, [t for t in part if spec_of(t).options["quadrant"] != "any"],
-                          workers=min(4, os.cpu_count() or 1), progress=False)
-            keep += [i for i in order[start:start + chunk] if self._keeps(tasks[i])]
+            idx = order[start:start + chunk]
+            want = {tasks[i].key: spec_of(tasks[i]) for i in idx if spec_of(tasks[i]).options["quadrant"] != "any"}
+            routes = self.routes(list(want.values()))
+            keep += [i for i in idx if tasks[i].key not in want
+                     or quadrant_of(routes[want[tasks[i].key]]) == want[tasks[i].key].options["quadrant"]]
             if 0 < n <= len(keep):
                 break
         return [tasks[i] for i in sorted(keep[:n] if n > 0 else keep)]
 
-    def _keeps(self, task: Task) -> bool:
-        want = spec_of(task).options["quadrant"]
-        return want == "any" or quadrant_of(walkthrough_route(self.game_file(task))) == want
+    def routes(self, specs: Sequence[GameSpec]) -> dict[GameSpec, list[str]]:
+        """Each spec's walkthrough route (``route_of``), the missing ones built in parallel."""
+        todo = {s.game_file(self.cache_dir): s for s in specs}  # options (route, quadrant) share one game
+        jobs = [(str(self.cache_dir), s.challenge, s.settings, s.seed) for s in todo.values()
+                if not is_generated(s.game_file(self.cache_dir)) and not s.game_file(self.cache_dir).with_suffix(ROUTE_SUFFIX).is_file()]
+        _run_jobs(_route_worker, jobs, min(4, os.cpu_count() or 1), "textworld routes", False)
+        return {s: route_of(self.cache_dir, s) for s in specs}
 
     def make(self) -> TextWorldEnv:
         return TextWorldEnv(self.cache_dir)

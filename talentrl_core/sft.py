@@ -342,7 +342,7 @@ def labelled_positions_trainer(base):
 def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> dict:
     """What an SFT result depends on (its checkpoints resume only under the same job; ``workdir.claim``)."""
     import dataclasses
-    
+
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps")}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
     return {"base_model": base_model, "sft": settings, "model": dataclasses.asdict(model_cfg),

@@ -90,7 +90,6 @@ def test_quadrant_families_keep_the_seeds_whose_route_stays_in_them(headings):
     assert types == {NE, SW} and len(tasks) < 48  # seeds whose route turns both ways are in neither family
     for t in tasks:
         assert set(route_of(headings.cache_dir, GameSpec.from_key(t.key))) <= set(HEADINGS[t.task_type[-2:]])
-    assert headings.tasks("train", n=5, seed=1) == headings.tasks("train", n=5, seed=1)
     env = headings.make()
     for t in (next(t for t in tasks if t.task_type == NE), next(t for t in tasks if t.task_type == SW)):
         first = env.reset(t)
@@ -291,10 +290,9 @@ def test_listing_a_quadrant_family_compiles_none_of_the_seeds_it_drops(headings)
     kept = {t.payload["seed"] for t in headings.tasks("train")}
     dropped = sorted(set(range(1, 25)) - kept)
     assert dropped
-    for seed in dropped:
-        spec = GameSpec("tw-coin_collector", "level=4,quadrant=ne,route=hint", seed)
-        game = spec.game_file(headings.cache_dir)
-        if not game.exists():  # another test may have compiled it; a fresh cache holds only the route
-            assert game.with_suffix(ROUTE_SUFFIX).is_file()
+    games = [GameSpec("tw-coin_collector", "level=4,quadrant=ne,route=hint", seed).game_file(headings.cache_dir)
+             for seed in dropped]
+    uncompiled = [g for g in games if not g.exists()]  # a shared test cache may hold the one compiled below
+    assert len(uncompiled) >= len(games) - 1 and all(g.with_suffix(ROUTE_SUFFIX).is_file() for g in uncompiled)
     spec = GameSpec("tw-coin_collector", "level=4,quadrant=ne,route=hint", dropped[0])
     assert route_of(headings.cache_dir, spec) == walkthrough_route(generate_game(headings.cache_dir, spec))

@@ -420,10 +420,10 @@ def route_of(cache_dir: str | os.PathLike, spec: GameSpec) -> list[str]:
     return route
 
 
-def _route_worker(args: tuple[str, str, str, int]) -> tuple[str, list[str]]:
+def _route_worker(args: tuple[str, str, str, int]) -> tuple[Path, list[str]]:
     cache_dir, challenge, settings, seed = args
     spec = GameSpec(challenge, settings, seed)
-    return spec.key, route_of(cache_dir, spec)
+    return spec.game_file(cache_dir), route_of(cache_dir, spec)
 
 
 def walkthrough_route(game_file: Path) -> list[str]:
@@ -725,7 +725,7 @@ class TextWorldFamily:
                         {"challenge": challenge, "settings": settings, "seed": s},
                     )
                 )
-        if any(spec_of(t).options["quadrant"] != "any" for t in out):
+        if any(split_settings(settings)[1]["quadrant"] != "any" for _, settings in self.challenges):
             return self._in_quadrant(out, n, seed)
         if 0 < n < len(out):
             keep = sorted(random.Random(seed).sample(range(len(out)), n))
@@ -733,9 +733,10 @@ class TextWorldFamily:
         return out
 
     def _in_quadrant(self, tasks: list[Task], n: int, seed: int) -> list[Task]:
-        """``tasks`` without those of a ``quadrant=`` challenge whose route leaves the quadrant: their games are
-        generated to read the route. With ``n > 0``, the first n kept along a seeded permutation (a uniform subset
-        of the kept tasks), generating games a chunk at a time, so a small sample does not build the whole range."""
+        """``tasks`` without those of a ``quadrant=`` challenge whose route leaves the quadrant (``routes``: a
+        dropped seed is never compiled). With ``n > 0``, the first n kept along a seeded permutation (a uniform subset
+        of the kept tasks), reading routes a chunk at a time, so a small sample does not build the whole range."""
+        specs = [spec_of(t) for t in tasks]
         order = list(range(len(tasks)))
         if n > 0:
             random.Random(seed).shuffle(order)
@@ -743,21 +744,20 @@ class TextWorldFamily:
         chunk = max(4 * n, 16) if n > 0 else len(order)
         for start in range(0, len(order), chunk):
             idx = order[start:start + chunk]
-            want = {tasks[i].key: spec_of(tasks[i]) for i in idx if spec_of(tasks[i]).options["quadrant"] != "any"}
-            routes = self.routes(list(want.values()))
-            keep += [i for i in idx if tasks[i].key not in want
-                     or quadrant_of(routes[want[tasks[i].key]]) == want[tasks[i].key].options["quadrant"]]
+            routes = self.routes([specs[i] for i in idx if specs[i].options["quadrant"] != "any"])
+            keep += [i for i in idx if specs[i].options["quadrant"] == "any"
+                     or quadrant_of(routes[specs[i].game_file(self.cache_dir)]) == specs[i].options["quadrant"]]
             if 0 < n <= len(keep):
                 break
         return [tasks[i] for i in sorted(keep[:n] if n > 0 else keep)]
 
-    def routes(self, specs: Sequence[GameSpec]) -> dict[GameSpec, list[str]]:
-        """Each spec's walkthrough route (``route_of``), the missing ones built in parallel."""
+    def routes(self, specs: Sequence[GameSpec]) -> dict[Path, list[str]]:
+        """The walkthrough route of each spec's game file (``route_of``), the ones not yet known built in parallel."""
         todo = {s.game_file(self.cache_dir): s for s in specs}  # options (route, quadrant) share one game
-        jobs = [(str(self.cache_dir), s.challenge, s.settings, s.seed) for s in todo.values()
-                if not is_generated(s.game_file(self.cache_dir)) and not s.game_file(self.cache_dir).with_suffix(ROUTE_SUFFIX).is_file()]
-        _run_jobs(_route_worker, jobs, min(4, os.cpu_count() or 1), "textworld routes", False)
-        return {s: route_of(self.cache_dir, s) for s in specs}
+        known = {f: s for f, s in todo.items() if is_generated(f) or f.with_suffix(ROUTE_SUFFIX).is_file()}
+        jobs = [(str(self.cache_dir), s.challenge, s.settings, s.seed) for f, s in todo.items() if f not in known]
+        built = dict(_run_jobs(_route_worker, jobs, min(4, os.cpu_count() or 1), "textworld routes", False))
+        return {**built, **{f: route_of(self.cache_dir, s) for f, s in known.items()}}
 
     def make(self) -> TextWorldEnv:
         return TextWorldEnv(self.cache_dir)

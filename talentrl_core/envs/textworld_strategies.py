@@ -60,8 +60,8 @@ def goal_route(goal: str) -> list[str]:
     return out
 
 
-def hide_route(goal: str) -> str:
-    """The goal without the sentences that give directions (what ``route=hidden`` tasks show).
+def hide_route(goal: str, note: str = f"{_NOT_GIVEN}: find it yourself.") -> str:
+    """The goal with ``note`` in place of the sentences that give directions (what ``route=hidden`` tasks show).
 
     >>> hide_route("Welcome! First of all, venture south. Then, move north. And then, lift the coin from the floor of the kitchenette. Once that's all handled, you can stop!")
     'Welcome! The route is not given: find it yourself. Lift the coin from the floor of the kitchenette. You can stop!'
@@ -71,7 +71,7 @@ def hide_route(goal: str) -> str:
     for s in sentences(goal):
         if _DIR_RE.search(s):
             if not hid:
-                kept.append(f"{_NOT_GIVEN}: find it yourself.")
+                kept.append(note)
                 hid = True
             continue
         if hid:
@@ -104,7 +104,7 @@ def hint_route(goal: str) -> str:
     used = set(goal_route(goal))
     dirs = [d for d in DIRECTIONS if d in used]
     said = " or ".join(dirs) if len(dirs) < 3 else ", ".join(dirs[:-1]) + " or " + dirs[-1]
-    return hide_route(goal).replace(f"{_NOT_GIVEN}: find it yourself.", f"{_NOT_GIVEN}, but every step of it goes {said}.")
+    return hide_route(goal, f"{_NOT_GIVEN}, but every step of it goes {said}.")
 
 
 def room_of(observation: str) -> Optional[str]:

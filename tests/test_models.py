@@ -121,38 +121,6 @@ def test_kv_reuse_and_forced_tokens_match_plain_decoding(tmp_path, shared_data):
     assert old.stats["forwards"] > 1  # the old path reads every token, forced or not
 
 
-@pytest.mark.parametrize("decoding", ["constrained", "free"])
-def test_rollout_logprobs_equal_training_scores_in_both_decoding_modes(tmp_path, shared_data, decoding):
-    """Routing is decoded under the menu in both modes, and every sampled completion's behaviour log-probs are
-    what the trainer recomputes for it (issue 15: the optimised routing policy is the evaluated one)."""
-    from talentrl_core.prompts import TalentView, format_talent, routing_messages
-    from talentrl_core.rl.samples import Sample, chat_prompt_ids, completion_ids_of, score_completions
-    from talentrl_core.rollout import LLMPolicy, PolicyInput
-
-    model, tok = load_model(build_tiny(SMALL, tmp_path / "m", shared_data))
-    model.eval()
-    policy = LLMPolicy(TransformersGenerator(model, tok), tok, max_new_tokens=12, temperature=1.0,
-                       constrained=decoding == "constrained")
-    menu = [TalentView(f"t{i}", f"talent {i}", "when", "how", label=f"T{i}") for i in (1, 2, 3)]
-    route_msgs = routing_messages("textworld", "find the coin", menu)
-    allowed_route = [format_talent(t.shown) for t in menu]
-    exec_msgs = [{"role": "system", "content": "play"}, {"role": "user", "content": "Obs: a room"}]
-    allowed_exec = ["<action>go east</action>", "<action>take coin</action>"]
-    items = [PolicyInput("route", route_msgs, allowed_route, seed=s) for s in range(4)]
-    items += [PolicyInput("exec", exec_msgs, allowed_exec, seed=10 + s) for s in range(3)]
-    outs = policy.complete(items)
-    for it, o in zip(items, outs):
-        if it.kind == "route":
-            assert o.text in allowed_route  # free decoding too: the menu constrains routing
-        constrained = it.kind == "route" or decoding == "constrained"
-        ids = completion_ids_of(tok, o.text) if constrained else list(o.token_ids)
-        assert ids == list(o.token_ids)
-        sample = Sample(it.kind, chat_prompt_ids(tok, it.messages), ids, [], it.allowed if constrained else None)
-        vocab = model.get_output_embeddings().weight.shape[0]
-        scored = score_completions(model, tok, [sample], vocab, 1.0)[0]
-        assert scored == pytest.approx(list(o.logprobs), abs=1e-4)
-
-
 def test_vllm_constraint_is_a_structured_choice_or_a_named_error():
     from talentrl_core.generation import VLLMGenerator
 

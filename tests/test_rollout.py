@@ -55,6 +55,36 @@ def test_crashing_env_fails_one_episode_not_the_batch(family, hang):
     assert sum(t.success for t in trajs) == 7
 
 
+class ResetCrashingEnv(CrashingEnv):
+    """A real TextWorld env that raises on reset for one task."""
+
+    def reset(self, task):
+        if task.key == self.crash_key:
+            raise RuntimeError("simulated crash on reset")
+        return super().reset(task)
+
+
+def test_env_crashing_on_reset_is_an_error_in_metrics_and_fails_the_gate(family):
+    """The evaluation path end to end: the crashed episode is a failure with its error counted, the panel keeps one
+    trajectory per task, and the blocking asset check fails when errors exceed the allowed share."""
+    from assets.checks import error_gate
+    from talentrl_core.evaluation.report import build_metrics
+    from talentrl_core.evaluation.runner import check_one_per_task, episode_result
+
+    tasks = family.tasks("train")
+    trajs = run_episodes(lambda: ResetCrashingEnv(family.make(), tasks[5].key), [EpisodeSpec(t) for t in tasks],
+                         ExpertPolicy(), RolloutSettings(max_steps=20, run_id="t"), batch_size=8, progress=False)
+    check_one_per_task(trajs, tasks, "expert", "textworld")
+    crashed = [t for t in trajs if t.error]
+    assert [t.task_id for t in crashed] == [tasks[5].task_id] and "simulated crash on reset" in crashed[0].error
+    m = build_metrics([episode_result("expert", "textworld", t, None, 0) for t in trajs])
+    cell = m["systems"]["expert"]["textworld"]
+    assert cell["errors"] == 1 and cell["success"] == pytest.approx(7 / 8)
+    passed, meta = error_gate(m, 0.05)
+    assert not passed and meta["failures"] == ["expert on textworld: 1 of 8 episodes ended in an environment error"]
+    assert error_gate(m, 0.2)[0]
+
+
 def test_unparseable_completion_is_an_invalid_action(family):
     class Babbler:
         name = "babbler"

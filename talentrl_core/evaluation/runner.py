@@ -140,6 +140,33 @@ def panel_matrices(cfg: TalentRLConfig, knowledge_factory) -> dict:
     return out
 
 
+def open_panel(cfg: TalentRLConfig, panel: str, progress: bool):
+    """(family, tasks, rollout settings) of one panel, its games prepared."""
+    from ..envs import make_family
+
+    env_cfg, split = panel_env(cfg, panel)
+    family = make_family(env_cfg, Path(env_cfg.cache_dir))
+    tasks = family.tasks(split, cfg.eval.panel_size(panel), cfg.eval.seed)
+    if hasattr(family, "prepare"):
+        family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=progress)
+    settings = RolloutSettings(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
+                               step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
+                               run_id=f"eval-{panel}", split=split)
+    return family, tasks, settings
+
+
+def episode_result(system: str, panel: str, t, knowledge, sample_idx: int) -> EpisodeResult:
+    """One evaluated trajectory as a row of episodes.jsonl; ``knowledge`` (None for systems without skills) names
+    the task's oracle talent. An episode whose environment crashed keeps its error flag and counts as a failure."""
+    oracle = knowledge.oracle_talent(t.env, t.task_type, t.task_id) if knowledge is not None else None
+    return EpisodeResult(
+        system=system, panel=panel, task_id=t.task_id, task_type=t.task_type, success=bool(t.success),
+        reward=float(t.final_reward), tokens=sum(s.prompt_tokens + s.completion_tokens for s in t.steps),
+        chosen_talent=t.talent_id, oracle_talent=oracle, sample_idx=sample_idx,
+        error=bool(t.error), n_steps=t.n_steps, n_invalid=t.n_invalid,
+    )
+
+
 def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) -> dict:
     """Evaluate ``cfg.eval.systems`` on ``cfg.eval.panels``; write metrics.json, report.md and plots.
 
@@ -147,7 +174,6 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     system's checkpoint trained on (``stages.pinned_library``); ``metrics["library_versions"]`` records them.
     """
     from ..agent import load_policy
-    from ..envs import make_family
 
     paths = ArtifactPaths.of(cfg)
     ev = cfg.eval
@@ -157,14 +183,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     perf: dict[str, dict] = {}
     versions: dict[str, Optional[int]] = {}
     for panel in ev.panels:
-        env_cfg, split = panel_env(cfg, panel)
-        family = make_family(env_cfg, Path(env_cfg.cache_dir))
-        tasks = family.tasks(split, ev.panel_size(panel), ev.seed)
-        if hasattr(family, "prepare"):
-            family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=progress)
-        settings = RolloutSettings(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
-                                   step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
-                                   run_id=f"eval-{panel}", split=split)
+        family, tasks, settings = open_panel(cfg, panel, progress)
         for system in ev.systems:
             spec = SYSTEMS[system]
             ckpt, present = system_checkpoint(cfg, paths, spec.checkpoint)
@@ -191,14 +210,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
                 if k == 0:
                     perf.setdefault(system, {})[panel] = run_perf(trajs, time.perf_counter() - t0, before,
                                                                   getattr(policy.gen, "stats", {}))
-                for t in trajs:
-                    oracle = knowledge.oracle_talent(t.env, t.task_type, t.task_id) if spec.use_skills else None
-                    results.append(EpisodeResult(
-                        system=system, panel=panel, task_id=t.task_id, task_type=t.task_type, success=bool(t.success),
-                        reward=float(t.final_reward), tokens=sum(s.prompt_tokens + s.completion_tokens for s in t.steps),
-                        chosen_talent=t.talent_id, oracle_talent=oracle, sample_idx=k,
-                        error=bool(t.error), n_steps=t.n_steps, n_invalid=t.n_invalid,
-                    ))
+                results += [episode_result(system, panel, t, knowledge if spec.use_skills else None, k) for t in trajs]
     if not results:
         raise RuntimeError(f"nothing to evaluate: {skipped or 'no systems/panels configured'}")
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)

@@ -6,9 +6,9 @@
   west) that have not been tried from it, never straight back the way it came; when a room has none left,
   walk back the way it was entered; take the goal's object as soon as it can. It ignores stated routes.
 
-* ``northeast`` / ``southwest`` — *head one way*: in every room take the first admissible exit in a fixed
-  order (north, east, south, west / south, west, north, east), with no memory at all; take the goal's object
-  as soon as it can. On a route whose every step goes north or east (a ``quadrant=ne`` task, see
+* ``northeast`` / ``southwest`` / ``northwest`` / ``southeast`` — *head one way*: in every room take the first
+  admissible exit in a fixed order (for ``northeast``: north, east, south, west; the others alike, the
+  quadrant's two directions first), with no memory at all; take the goal's object as soon as it can. On a route whose every step goes north or east (a ``quadrant=ne`` task, see
   ``textworld_env``) ``northeast`` walks it straight, since the way back is always south or west; on such a
   route ``southwest`` turns back at the first room and oscillates.
 
@@ -181,13 +181,14 @@ EXPLORE = register(Strategy(
     "Explore depth-first: try each room's untried exits (north, east, south, west), back out of dead ends, take the object on sight.",
     explore,
 ))
-NORTHEAST = register(Strategy(
-    "textworld", "northeast",
-    "Head north-east: in every room take the north exit, else the east one (south, then west, only when there is no other); take the object on sight.",
-    heading(("north", "east", "south", "west")),
-))
-SOUTHWEST = register(Strategy(
-    "textworld", "southwest",
-    "Head south-west: in every room take the south exit, else the west one (north, then east, only when there is no other); take the object on sight.",
-    heading(("south", "west", "north", "east")),
-))
+def _heading_strategy(quadrant: str) -> Strategy:
+    """``northeast`` … ``southeast``: the quadrant's two directions first, then their reverses, in the same order."""
+    a, b = HEADINGS[quadrant]
+    order = (a, b, REVERSE[a], REVERSE[b])
+    name = a + b
+    text = (f"Head {a}-{b}: in every room take the {a} exit, else the {b} one ({order[2]}, then {order[3]}, only when "
+            "there is no other); take the object on sight.")
+    return register(Strategy("textworld", name, text, heading(order)))
+
+
+NORTHEAST, SOUTHWEST, NORTHWEST, SOUTHEAST = (_heading_strategy(q) for q in HEADINGS)

@@ -61,6 +61,28 @@ def _aggregate(per_token: torch.Tensor, mask: torch.Tensor, agg: str) -> torch.T
     raise ValueError(f"agg={agg!r}: choose 'token_mean' or 'seq_mean_token_sum'")
 
 
+def _checked(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: Tensorish,
+             mask: Tensorish) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(old log-probs, mask, advantages) as ``(B, T)`` tensors of ``logprobs``' dtype; ValueError naming the shapes
+    that do not fit."""
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be (B, T), got shape {tuple(logprobs.shape)}")
+    old = _as_tensor(old_logprobs, logprobs).to(logprobs.dtype)
+    m = _as_tensor(mask, logprobs).to(logprobs.dtype)  # (B, T)
+    adv = _as_tensor(advantages, logprobs).to(logprobs.dtype)
+    if old.shape != logprobs.shape or m.shape != logprobs.shape:
+        raise ValueError(
+            f"shapes differ: logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old.shape)}, mask {tuple(m.shape)}"
+        )
+    if adv.dim() == 1:
+        if adv.shape[0] != logprobs.shape[0]:
+            raise ValueError(f"advantages {tuple(adv.shape)} must be (B,) or (B, T) with B={logprobs.shape[0]}")
+        adv = adv.unsqueeze(-1).expand_as(logprobs)  # (B,) -> (B, T)
+    elif adv.shape != logprobs.shape:
+        raise ValueError(f"advantages {tuple(adv.shape)} must be (B,) or (B, T) = {tuple(logprobs.shape)}")
+    return old, m, adv
+
+
 def ppo_clip_loss(
     logprobs: torch.Tensor,
     old_logprobs: torch.Tensor,
@@ -98,21 +120,7 @@ def ppo_clip_loss(
     (-1.0, 0.0, 1.0)
     """
     agg = getattr(agg, "value", agg)
-    if logprobs.dim() != 2:
-        raise ValueError(f"logprobs must be (B, T), got shape {tuple(logprobs.shape)}")
-    old = _as_tensor(old_logprobs, logprobs).to(logprobs.dtype)
-    m = _as_tensor(mask, logprobs).to(logprobs.dtype)  # (B, T)
-    adv = _as_tensor(advantages, logprobs).to(logprobs.dtype)
-    if old.shape != logprobs.shape or m.shape != logprobs.shape:
-        raise ValueError(
-            f"shapes differ: logprobs {tuple(logprobs.shape)}, old_logprobs {tuple(old.shape)}, mask {tuple(m.shape)}"
-        )
-    if adv.dim() == 1:
-        if adv.shape[0] != logprobs.shape[0]:
-            raise ValueError(f"advantages {tuple(adv.shape)} must be (B,) or (B, T) with B={logprobs.shape[0]}")
-        adv = adv.unsqueeze(-1).expand_as(logprobs)  # (B,) -> (B, T)
-    elif adv.shape != logprobs.shape:
-        raise ValueError(f"advantages {tuple(adv.shape)} must be (B,) or (B, T) = {tuple(logprobs.shape)}")
+    old, m, adv = _checked(logprobs, old_logprobs, advantages, mask)
     if beta > 0 and ref_logprobs is None:
         raise ValueError("beta > 0 needs ref_logprobs (set rl.beta_kl=0 to train without a reference)")
     if clip_eps <= 0:

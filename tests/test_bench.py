@@ -104,3 +104,28 @@ def test_bench_behaviour_counts_route_following_and_reversals_against_chance():
     # three moves after a move, each with two exits: north after west (not back), south after north and north after
     # south (both straight back): 2 of 3 reversals where chance is 1/2
     assert out["reversal"] == round(2 / 3, 3) and out["reversal_chance"] == 0.5 and out["reversal_vs_chance"] == 1.33
+
+
+def test_bench_routing_scores_the_menu_and_reads_work_checkpoints(tmp_path, shared_data):
+    """bench_routing's pieces on a tiny model: a distribution over the menu, and a weights-only folder (an RL work
+    checkpoint) loads with the SFT folder's config and tokenizer into the same model."""
+    import shutil
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_routing
+
+    from talentrl_core.config import ModelConfig
+    from talentrl_core.models import build_tiny
+    from talentrl_core.prompts import TalentView, routing_messages
+
+    cfg = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      intermediate_size=64, vocab_size=600, max_position_embeddings=512, device="cpu")
+    sft = build_tiny(cfg, tmp_path / "sft", shared_data)
+    (tmp_path / "work").mkdir()
+    shutil.copy(sft / "model.safetensors", tmp_path / "work" / "model.safetensors")
+    menu = [TalentView(f"t{i}", f"talent {i}", "when", "how", label=f"T{i}") for i in (1, 2, 3)]
+    msgs = routing_messages("textworld", "find the coin", menu)
+    full = bench_routing.menu_distribution(*bench_routing.load(sft, sft), msgs, menu)
+    borrowed = bench_routing.menu_distribution(*bench_routing.load(tmp_path / "work", sft), msgs, menu)
+    assert len(full) == 3 and abs(sum(full) - 1) < 1e-9 and min(full) > 0
+    assert full == borrowed

@@ -35,7 +35,10 @@ def load(folder: Path, sft: Path):
         model = AutoModelForCausalLM.from_pretrained(str(folder))
     else:
         model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(sft)))
-        model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        got = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
+        if set(got.missing_keys) - {"lm_head.weight"} or got.unexpected_keys:  # only the tied head may be absent
+            raise ValueError(f"{folder}: weights do not fit {sft}'s config (missing {got.missing_keys[:3]}, "
+                             f"unexpected {got.unexpected_keys[:3]})")
         model.tie_weights()
     return model.eval(), tok
 

@@ -438,3 +438,15 @@ def test_two_process_run_ends_with_identical_weights(env_cfg, family, tiny, bank
     assert r0["weights_digest"] == r1["weights_digest"]
     assert r0["reward_curve"] == r1["reward_curve"]
     assert (tmp_path / "D" / "model.safetensors").exists()
+
+
+def test_rl_accelerator_ignores_a_bf16_state_left_in_the_process():
+    """A bf16 Trainer run earlier in the process (SFT) leaves accelerate's shared state on bf16; the RL trainer's
+    accelerator must not inherit it (its forward would run under bf16 autocast whatever model.compute_dtype says)."""
+    from accelerate import Accelerator
+
+    from talentrl_core.rl.trainer import own_precision_accelerator
+
+    assert Accelerator(cpu=True, mixed_precision="bf16").native_amp
+    acc = own_precision_accelerator(cpu=True)
+    assert acc.mixed_precision == "no" and not acc.native_amp

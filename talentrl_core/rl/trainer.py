@@ -131,10 +131,30 @@ class StepBatch:
 # The trainer
 
 
+def own_precision_accelerator(cpu: bool):
+    """An Accelerator that leaves precision to ``precision.autocast`` (``mixed_precision="no"``).
+
+    Accelerate keeps one ``AcceleratorState`` per process: after a TRL/Trainer run in the same process with
+    ``bf16=True`` (SFT under Dagster's in-process executor, a notebook, the test suite) a new Accelerator would
+    inherit that state and wrap the RL model's forward in bf16 autocast, whatever ``model.compute_dtype`` says, and
+    rollout and training log-probs would no longer match. Such a state is reset; the distributed one is kept.
+    ``step_scheduler_with_optimizer=False``: accelerate would otherwise step the schedule once per process.
+    """
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    try:
+        return Accelerator(cpu=cpu, mixed_precision="no", step_scheduler_with_optimizer=False)
+    except ValueError as e:
+        if "already been initialized" not in str(e):
+            raise
+        AcceleratorState._reset_state(reset_partial_state=False)
+        return Accelerator(cpu=cpu, mixed_precision="no", step_scheduler_with_optimizer=False)
+
+
 class RLTrainer:
     def __init__(self, cfg: TalentRLConfig, family, knowledge: Knowledge, init_checkpoint: str, out_dir: Path,
                  tracker=None, progress: bool = True):
-        from accelerate import Accelerator
         from accelerate.utils import set_seed
 
         self.cfg, self.rl = cfg, cfg.rl
@@ -149,8 +169,7 @@ class RLTrainer:
             library_of(knowledge)  # fail before any compute: evolution needs a LanceDB-backed knowledge
         device = cfg.model.device
         cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-        # step_scheduler_with_optimizer=False: accelerate would otherwise step the schedule once per process.
-        self.acc = Accelerator(cpu=cpu, step_scheduler_with_optimizer=False)
+        self.acc = own_precision_accelerator(cpu)
         self.main = self.acc.is_main_process
         self.tracker = tracker if (tracker is not None and self.main) else NullTracker()
         self.progress = progress and self.main

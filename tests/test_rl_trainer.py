@@ -444,9 +444,11 @@ def test_rl_accelerator_ignores_a_bf16_state_left_in_the_process():
     """A bf16 Trainer run earlier in the process (SFT) leaves accelerate's shared state on bf16; the RL trainer's
     accelerator must not inherit it (its forward would run under bf16 autocast whatever model.compute_dtype says)."""
     from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
 
     from talentrl_core.rl.trainer import own_precision_accelerator
 
+    AcceleratorState._reset_state(reset_partial_state=False)  # what a Trainer run does before setting bf16
     assert Accelerator(cpu=True, mixed_precision="bf16").native_amp
     acc = own_precision_accelerator(cpu=True)
     assert acc.mixed_precision == "no" and not acc.native_amp

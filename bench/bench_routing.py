@@ -27,14 +27,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 def load(folder: Path, sft: Path):
     """(model, tokenizer) of ``folder``; config and tokenizer from ``sft`` where the folder has only weights."""
     from safetensors.torch import load_file
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-    own = (folder / "config.json").is_file()
-    tok = AutoTokenizer.from_pretrained(str(folder if own else sft))
-    if own:
-        model = AutoModelForCausalLM.from_pretrained(str(folder))
-    else:
-        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(sft)))
+    from talentrl_core.models import load_model
+
+    if (folder / "config.json").is_file():
+        model, tok = load_model(folder)
+    else:  # the SFT model with the folder's weights in place of its own
+        model, tok = load_model(sft)
         got = model.load_state_dict(load_file(str(folder / "model.safetensors")), strict=False)
         if set(got.missing_keys) - {"lm_head.weight"} or got.unexpected_keys:  # only the tied head may be absent
             raise ValueError(f"{folder}: weights do not fit {sft}'s config (missing {got.missing_keys[:3]}, "

@@ -8,8 +8,9 @@
 
 * ``northeast`` / ``southwest`` / ``northwest`` / ``southeast`` — *head one way*: in every room take the first
   admissible exit in a fixed order (for ``northeast``: north, east, south, west; the others alike, the
-  quadrant's two directions first), with no memory at all; take the goal's object as soon as it can. On a route whose every step goes north or east (a ``quadrant=ne`` task, see
-  ``textworld_env``) ``northeast`` walks it straight, since the way back is always south or west; on such a
+  quadrant's two directions first), with no memory at all; take the goal's object as soon as it can. On a
+  route whose every step goes north or east (a ``quadrant=ne`` task, see ``textworld_env``) ``northeast`` walks it
+  straight, since the way back is always south or west; on such a
   route ``southwest`` turns back at the first room and oscillates.
 
 On a task whose goal states the route, ``follow`` walks the shortest path while ``explore`` pays for every
@@ -181,6 +182,8 @@ EXPLORE = register(Strategy(
     "Explore depth-first: try each room's untried exits (north, east, south, west), back out of dead ends, take the object on sight.",
     explore,
 ))
+
+
 def _heading_strategy(quadrant: str) -> Strategy:
     """``northeast`` … ``southeast``: the quadrant's two directions first, then their reverses, in the same order."""
     a, b = HEADINGS[quadrant]

@@ -143,13 +143,9 @@ def own_precision_accelerator(cpu: bool):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    try:
-        return Accelerator(cpu=cpu, mixed_precision="no", step_scheduler_with_optimizer=False)
-    except ValueError as e:
-        if "already been initialized" not in str(e):
-            raise
+    if AcceleratorState._shared_state.get("_mixed_precision", "no") != "no":
         AcceleratorState._reset_state(reset_partial_state=False)
-        return Accelerator(cpu=cpu, mixed_precision="no", step_scheduler_with_optimizer=False)
+    return Accelerator(cpu=cpu, mixed_precision="no", step_scheduler_with_optimizer=False)
 
 
 class RLTrainer:

@@ -74,103 +74,130 @@ def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool):
     return summarise(rows), tr
 
 
+class MultiTurnRollout:
+    """TRL's ``rollout_func`` for TextWorld: one growing conversation per rollout, generated with
+    ``model.generate`` batched over the live episodes and constrained to the admissible commands."""
+
+    def __init__(self, cfg, family, knowledge, tok, by_key: dict):
+        self.cfg, self.family, self.knowledge, self.tok, self.by_key = cfg, family, knowledge, tok, by_key
+        self.tries: dict = {}
+        self.stats = {"rollout_s": [], "env_steps": [], "gen_tokens": [], "update_tokens": [], "reward": []}
+
+    def trie(self, allowed):
+        from talentrl_core.generation import completion_trie
+
+        key = tuple(allowed)
+        if key not in self.tries:
+            self.tries[key] = completion_trie(self.tok, allowed)
+        return self.tries[key]
+
+    def _start(self, prompts) -> tuple[list, list, list]:
+        """(environments, admissible lists, prompt ids): the flat context, as talentrl-flat sees it."""
+        from talentrl_core.prompts import ExecContext, execution_messages
+        from talentrl_core.rl.samples import chat_prompt_ids
+
+        envs, adm, prompt_ids = [], [], []
+        for p in prompts:
+            task = self.by_key[p[-1]["content"]]
+            env = self.family.make()
+            obs = env.reset(task)
+            goal = env.goal()
+            envs.append(env)
+            adm.append(env.admissible_actions())
+            ctx = self.knowledge.context("textworld", goal, task.task_type, None)
+            msgs = execution_messages(ExecContext(env="textworld", goal=goal, observation=obs, skills=ctx.skills,
+                                                  admissible=adm[-1], obs_chars=self.cfg.env.obs_chars))
+            prompt_ids.append(chat_prompt_ids(self.tok, msgs))
+        return envs, adm, prompt_ids
+
+    def _generate(self, model, inputs: list[list[int]], allowed: list[list[str]]) -> tuple[list[list[int]], list[list[float]]]:
+        """One constrained sampled completion per (left-padded) input: token ids (to EOS) and their log-probs."""
+        import torch
+
+        from talentrl_core.rollout import action_completions
+
+        eos, pad = self.tok.eos_token_id, self.tok.pad_token_id
+        L = max(len(x) for x in inputs)
+        ids = torch.full((len(inputs), L), pad, dtype=torch.long)
+        att = torch.zeros((len(inputs), L), dtype=torch.long)
+        for r, x in enumerate(inputs):
+            ids[r, L - len(x):] = torch.tensor(x)
+            att[r, L - len(x):] = 1
+        row_tries = [self.trie(action_completions("textworld", a)) for a in allowed]
+
+        def allowed_fn(batch_id, input_ids):
+            return row_tries[batch_id].allowed(input_ids[L:].tolist()) or [eos]
+
+        out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
+                             max_new_tokens=self.cfg.model.max_new_tokens, prefix_allowed_tokens_fn=allowed_fn,
+                             output_scores=True, return_dict_in_generate=True, pad_token_id=pad, eos_token_id=eos)
+        logp = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)  # (B, T, V) processed scores
+        toks_out, lps_out = [], []
+        for r, row in enumerate(out.sequences[:, L:].tolist()):
+            toks = row[: row.index(eos) + 1] if eos in row else row
+            toks_out.append(toks)
+            lps_out.append([float(logp[r, t, tok_id]) for t, tok_id in enumerate(toks)])
+        return toks_out, lps_out
+
+    def _user_turn(self, observation: str, admissible: list[str]) -> list[int]:
+        from talentrl_core.prompts import _cut
+
+        acts = ", ".join(a for a in admissible if a not in ("look", "inventory"))
+        user = (f"\n<|im_start|>user\nObs: {_cut(observation, self.cfg.env.obs_chars)}\nAdmissible: {acts}<|im_end|>\n"
+                "<|im_start|>assistant\n")
+        return self.tok(user, add_special_tokens=False)["input_ids"]
+
+    def __call__(self, prompts, trainer) -> dict:
+        import torch
+
+        from talentrl_core.prompts import parse_action
+
+        t0 = time.perf_counter()
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        was_training = model.training
+        model.eval()
+        n, eos, max_steps = len(prompts), self.tok.eos_token_id, self.cfg.env.max_steps
+        envs, adm, prompt_ids = self._start(prompts)
+        comp, mask, lps, rew, done = [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)], [0.0] * n, [False] * n
+        n_env, n_gen = 0, 0
+        for turn in range(max_steps):
+            live = [i for i in range(n) if not done[i]]
+            if not live:
+                break
+            with torch.no_grad():
+                new, new_lp = self._generate(model, [prompt_ids[i] + comp[i] for i in live], [adm[i] for i in live])
+            for i, toks, lp in zip(live, new, new_lp):
+                n_gen += len(toks)
+                comp[i], mask[i], lps[i] = comp[i] + toks, mask[i] + [1] * len(toks), lps[i] + lp
+                res = envs[i].step(parse_action(self.tok.decode(toks[:-1] if toks and toks[-1] == eos else toks)) or "look")
+                n_env += 1
+                rew[i] += res.reward
+                adm[i] = envs[i].admissible_actions()
+                done[i] = res.done or turn == max_steps - 1
+                if not done[i]:
+                    env_ids = self._user_turn(res.observation, adm[i])
+                    comp[i], mask[i], lps[i] = comp[i] + env_ids, mask[i] + [0] * len(env_ids), lps[i] + [0.0] * len(env_ids)
+        for e in envs:
+            e.close()
+        model.train(was_training)
+        for key, value in (("rollout_s", time.perf_counter() - t0), ("env_steps", n_env), ("gen_tokens", n_gen),
+                           ("update_tokens", sum(len(p) + len(c) for p, c in zip(prompt_ids, comp))), ("reward", sum(rew) / n)):
+            self.stats[key].append(value)
+        return {"prompt_ids": prompt_ids, "completion_ids": comp, "logprobs": lps, "env_mask": mask, "env_reward": rew}
+
+
 def trl(args, cfg, family, knowledge, model_dir, out: Path, step_tasks: list) -> dict:
     import torch
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from talentrl_core.generation import completion_trie
     from talentrl_core.models import load_tokenizer
-    from talentrl_core.prompts import ExecContext, _cut, execution_messages, parse_action
-    from talentrl_core.rollout import action_completions
-    from talentrl_core.rl.samples import chat_prompt_ids
 
     tok = load_tokenizer(model_dir)
     tok.padding_side = "left"
-    eos, pad = tok.eos_token_id, tok.pad_token_id
-    by_key = {t.key: t for ts in step_tasks for t in ts}
+    rollout = MultiTurnRollout(cfg, family, knowledge, tok, {t.key: t for ts in step_tasks for t in ts})
     rows = [{"prompt": [{"role": "user", "content": t.key}]} for ts in step_tasks for t in ts]
-    stats = {"rollout_s": [], "env_steps": [], "gen_tokens": [], "update_tokens": [], "reward": []}
-    tries: dict = {}
-
-    def trie(allowed):
-        key = tuple(allowed)
-        if key not in tries:
-            tries[key] = completion_trie(tok, allowed)
-        return tries[key]
-
-    @torch.no_grad()
-    def rollout_func(prompts, trainer):
-        t0 = time.perf_counter()
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        was_training = model.training
-        model.eval()
-        n = len(prompts)
-        envs = [family.make() for _ in range(n)]
-        seq, comp, mask, lps, rew, done = [], [[] for _ in range(n)], [[] for _ in range(n)], [[] for _ in range(n)], [0.0] * n, [False] * n
-        adm, prompt_ids = [], []
-        for i, p in enumerate(prompts):
-            task = by_key[p[-1]["content"]]
-            obs = envs[i].reset(task)
-            goal = envs[i].goal()
-            adm.append(envs[i].admissible_actions())
-            ctx = knowledge.context("textworld", goal, task.task_type, None)  # the flat context, as talentrl-flat
-            msgs = execution_messages(ExecContext(env="textworld", goal=goal, observation=obs, skills=ctx.skills, admissible=adm[i], obs_chars=cfg.env.obs_chars))
-            prompt_ids.append(chat_prompt_ids(tok, msgs))
-        n_env, n_gen = 0, 0
-        for turn in range(cfg.env.max_steps):
-            live = [i for i in range(n) if not done[i]]
-            if not live:
-                break
-            inputs = [prompt_ids[i] + comp[i] for i in live]
-            L = max(len(x) for x in inputs)
-            ids = torch.full((len(live), L), pad, dtype=torch.long)
-            att = torch.zeros((len(live), L), dtype=torch.long)
-            for r, x in enumerate(inputs):
-                ids[r, L - len(x):] = torch.tensor(x)
-                att[r, L - len(x):] = 1
-            row_tries = [trie(action_completions("textworld", adm[i])) for i in live]
-
-            def allowed_fn(batch_id, input_ids, _L=L, _t=row_tries):
-                return _t[batch_id].allowed(input_ids[_L:].tolist()) or [eos]
-
-            out = model.generate(input_ids=ids, attention_mask=att, do_sample=True, temperature=1.0, top_k=0, top_p=1.0,
-                                 max_new_tokens=cfg.model.max_new_tokens, prefix_allowed_tokens_fn=allowed_fn,
-                                 output_scores=True, return_dict_in_generate=True, pad_token_id=pad, eos_token_id=eos)
-            new = out.sequences[:, L:]
-            logp = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)  # (B, T, V) processed scores
-            for r, i in enumerate(live):
-                toks = new[r].tolist()
-                if eos in toks:
-                    toks = toks[: toks.index(eos) + 1]
-                n_gen += len(toks)
-                comp[i] += toks
-                mask[i] += [1] * len(toks)
-                lps[i] += [float(logp[r, t, tok_id]) for t, tok_id in enumerate(toks)]
-                action = parse_action(tok.decode(toks[:-1] if toks and toks[-1] == eos else toks))
-                res = envs[i].step(action or "look")
-                n_env += 1
-                rew[i] += res.reward
-                adm[i] = envs[i].admissible_actions()
-                if res.done or turn == cfg.env.max_steps - 1:
-                    done[i] = True
-                    continue
-                acts = ", ".join(a for a in adm[i] if a not in ("look", "inventory"))
-                user = f"\n<|im_start|>user\nObs: {_cut(res.observation, cfg.env.obs_chars)}\nAdmissible: {acts}<|im_end|>\n<|im_start|>assistant\n"
-                env_ids = tok(user, add_special_tokens=False)["input_ids"]
-                comp[i] += env_ids
-                mask[i] += [0] * len(env_ids)
-                lps[i] += [0.0] * len(env_ids)
-        for e in envs:
-            e.close()
-        model.train(was_training)
-        stats["rollout_s"].append(time.perf_counter() - t0)
-        stats["env_steps"].append(n_env)
-        stats["gen_tokens"].append(n_gen)
-        stats["update_tokens"].append(sum(len(p) + len(c) for p, c in zip(prompt_ids, comp)))
-        stats["reward"].append(sum(rew) / n)
-        return {"prompt_ids": prompt_ids, "completion_ids": comp, "logprobs": lps, "env_mask": mask, "env_reward": rew}
 
     def env_reward(prompts, completions, env_reward, **kw):
         return [float(r) for r in env_reward]
@@ -194,14 +221,12 @@ def trl(args, cfg, family, knowledge, model_dir, out: Path, step_tasks: list) ->
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
     trainer = GRPOTrainer(model=model, reward_funcs=env_reward, args=gargs, train_dataset=Dataset.from_list(rows),
-                          processing_class=tok, rollout_func=rollout_func, callbacks=[Clock()])
+                          processing_class=tok, rollout_func=rollout, callbacks=[Clock()])
     trainer.train()
-    rows_out = []
-    for k in range(len(step_s)):
-        rows_out.append({"rollout_s": stats["rollout_s"][k], "update_s": step_s[k] - stats["rollout_s"][k], "step_s": step_s[k],
-                         "env_steps": stats["env_steps"][k], "gen_tokens": stats["gen_tokens"][k],
-                         "update_tokens": stats["update_tokens"][k], "reward": stats["reward"][k]})
-    return summarise(rows_out)
+    st = rollout.stats
+    return summarise([{"rollout_s": st["rollout_s"][k], "update_s": step_s[k] - st["rollout_s"][k], "step_s": step_s[k],
+                       "env_steps": st["env_steps"][k], "gen_tokens": st["gen_tokens"][k],
+                       "update_tokens": st["update_tokens"][k], "reward": st["reward"][k]} for k in range(len(step_s))])
 
 
 def summarise(rows: list[dict]) -> dict:

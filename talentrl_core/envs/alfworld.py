@@ -52,6 +52,7 @@ from typing import Any, Iterator, Optional
 from ..config import EnvConfig, EnvName
 from ..io import atomic_dir
 from .base import Task, StepResult
+from .strategies import EpisodeView, get_strategy
 
 FAMILY = "alfworld"
 
@@ -419,7 +420,8 @@ class AlfworldEnv:
 
     Experts: ``handcoded`` runs inside the game wrappers (it must observe every step); ``walkthrough``
     and ``planner`` follow a plan (the stored walkthrough, or the PDDL planner's plan made on first
-    request) and replan only when the agent changes the game state off the plan.
+    request) and replan only when the agent changes the game state off the plan. ``strategy_action``
+    plays a registered strategy expert instead (``alfworld_strategies``: searches by receptacle class).
     """
 
     name = FAMILY
@@ -438,6 +440,8 @@ class AlfworldEnv:
         self._task: Optional[Task] = None
         self._state = None
         self._goal = ""
+        self._first_obs = self._obs = ""
+        self._transcript: list[tuple[str, str]] = []
         self._steps = 0
         self._done = False
         self._won = False
@@ -482,7 +486,9 @@ class AlfworldEnv:
         self._plan_index = 0
         text = self._state.feedback
         self._goal = text.split(_GOAL_PREFIX, 1)[1].strip() if _GOAL_PREFIX in text else ""
-        return text.replace(_BANNER, "").strip()
+        self._first_obs = self._obs = text.replace(_BANNER, "").strip()
+        self._transcript = []
+        return self._obs
 
     def goal(self) -> str:
         self._require_reset()
@@ -512,7 +518,9 @@ class AlfworldEnv:
         err = getattr(self._expert_wrapper, "expert_error", None)
         if err:
             info["expert_error"] = err
-        return StepResult(self._state.feedback, 1.0 if self._won else 0.0, self._done, self._won, info)
+        self._obs = self._state.feedback
+        self._transcript.append((command, self._obs))
+        return StepResult(self._obs, 1.0 if self._won else 0.0, self._done, self._won, info)
 
     def admissible_actions(self) -> Optional[list[str]]:
         self._require_reset()
@@ -530,6 +538,15 @@ class AlfworldEnv:
         if self._plan is None or self._plan_index >= len(self._plan):
             self._plan, self._plan_index = self.replan(), 0
         return self._plan[self._plan_index] if self._plan else None
+
+    def strategy_action(self, name: str) -> Optional[str]:
+        """The next command of the registered strategy expert ``name`` (``alfworld_strategies``)."""
+        self._require_reset()
+        if self._done:
+            return None
+        view = EpisodeView(self._goal, self._first_obs, self._obs, tuple(self.admissible_actions()),
+                           tuple(self._transcript))
+        return get_strategy(FAMILY, name).act(view)
 
     def close(self) -> None:
         if self._game is not None:

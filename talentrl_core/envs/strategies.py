@@ -22,6 +22,7 @@ from typing import Callable, Optional
 
 STRATEGY_MODULES: dict[str, str] = {
     "textworld": "talentrl_core.envs.textworld_strategies",
+    "alfworld": "talentrl_core.envs.alfworld_strategies",
 }
 "Family name → module whose import registers that family's strategies."
 

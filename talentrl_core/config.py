@@ -421,6 +421,8 @@ class RLConfig:
     "Loss aggregation over tokens."
     filter_zero_var: bool = True
     "Drop groups whose rewards are all equal (dynamic sampling)."
+    skip_zero_advantage: bool = True
+    "Skip the forward/backward of samples whose advantage is 0 when beta_kl = 0: they add exactly 0 to the gradient (the\n    aggregate's denominator still counts them, so the update is the same). False: compute them anyway."
     aem: bool = False
     "AEM-style surprisal modulation of advantages (ours; off by default)."
     aem_eta0: float = 0.5

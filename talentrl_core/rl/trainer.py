@@ -454,7 +454,7 @@ class RLTrainer:
         rl = self.rl
         parts = self.mini_batches(samples, step)
         n_opt = rl.ppo_epochs * len(parts)
-        acc = {"tokens": 0.0, "loss": 0.0, "clip": 0.0, "kl": 0.0, "kl_ref": 0.0, "ctok": 0.0, "grad_norm": 0.0}
+        acc = {"tokens": 0.0, "loss": 0.0, "clip": 0.0, "kl": 0.0, "kl_ref": 0.0, "ctok": 0.0, "grad_norm": 0.0, "zero_adv": 0.0}
         n_samples = self._sum({"samples": len(samples)})["samples"]
         if n_samples == 0:  # every group of every process was filtered
             for _ in range(n_opt):
@@ -470,7 +470,8 @@ class RLTrainer:
         ctok = max(tot["ctok"], 1.0)
         out = {"rl/loss": tot["loss"] / n_opt, "rl/clip_frac": tot["clip"] / ctok, "rl/kl": tot["kl"] / ctok,
                "rl/grad_norm": acc["grad_norm"] / n_opt, "rl/lr": self.sched.get_last_lr()[0],
-               "rl/samples": n_samples, "rl/skipped": 0.0, "perf/update_tokens": tot["tokens"]}
+               "rl/samples": n_samples, "rl/skipped": 0.0, "perf/update_tokens": tot["tokens"],
+               "rl/zero_adv_skipped_share": tot["zero_adv"] / (n_samples * n_opt / len(parts))}
         if rl.beta_kl > 0:
             out["rl/kl_ref"] = tot["kl_ref"] / ctok
         return out
@@ -484,9 +485,17 @@ class RLTrainer:
         route = [s for s in by_len if s.kind == "route"]
         exe = [s for s in by_len if s.kind == "exec"]
         units = self._sum({"route": self._units(route), "exec": self._units(exe), "samples": len(samples)})
+        if rl.skip_zero_advantage and rl.beta_kl == 0:
+            # -min(ρA, clip(ρ)A) is 0 with a 0 gradient where A = 0, and ``units`` above still counts these samples
+            # in the aggregate's denominator: skipping them leaves the gradient as it was, at a fraction of the work
+            # (in a TalentRL group whose arms each succeed or fail as a whole, every execution advantage is 0).
+            acc["zero_adv"] += sum(1 for s in samples if s.advantage == 0)
+            route, exe = [s for s in route if s.advantage != 0], [s for s in exe if s.advantage != 0]
         mb = rl.micro_batch_size
         micro = [("route", route[i:i + mb]) for i in range(0, len(route), mb)] + [("exec", exe[i:i + mb]) for i in range(0, len(exe), mb)]
-        n_micro = self._max(len(micro))
+        # at least one pass: with every sample skipped, a zero loss still gives every weight a zero gradient, so
+        # AdamW's step (momentum, weight decay) is the one the full computation would take
+        n_micro = max(self._max(len(micro)), 1)
         self.opt.zero_grad(set_to_none=True)
         if units["samples"] == 0:  # an empty mini-batch on every process: keep the schedule's length
             self.sched.step()

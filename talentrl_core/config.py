@@ -422,7 +422,7 @@ class RLConfig:
     filter_zero_var: bool = True
     "Drop groups whose rewards are all equal (dynamic sampling)."
     skip_zero_advantage: bool = True
-    "Skip the forward/backward of samples whose advantage is 0 when beta_kl = 0: they add exactly 0 to the gradient (the\n    aggregate's denominator still counts them, so the update is the same). False: compute them anyway."
+    "Skip the forward/backward of micro-batches whose every advantage is 0 when beta_kl = 0: they add exactly 0 to the\n    gradient (the aggregate's denominator still counts them), so the update is bitwise the same. False: run them anyway."
     aem: bool = False
     "AEM-style surprisal modulation of advantages (ours; off by default)."
     aem_eta0: float = 0.5

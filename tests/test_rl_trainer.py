@@ -284,8 +284,8 @@ def test_mini_batches_take_one_optimizer_step_each(one_step, env_cfg, family, ti
 
 
 def test_skipping_zero_advantage_samples_leaves_the_update_unchanged(one_step, env_cfg, family, tiny, tmp_path):
-    """rl.skip_zero_advantage: samples with A = 0 are not run (no KL term), and the weights after the update equal
-    those of the full computation up to float rounding (the aggregate's denominator still counts them)."""
+    """rl.skip_zero_advantage: micro-batches whose advantages are all 0 are not run (no KL term), and the weights after
+    the update are bitwise those of the full computation (the aggregate's denominator still counts them)."""
     samples = one_step["samples"]
     # the step's own samples plus a copy of each with A = 0: a copy changes the denominator but adds no gradient
     zeros = [dataclasses.replace(s, advantage=0.0) for s in samples]
@@ -296,12 +296,10 @@ def test_skipping_zero_advantage_samples_leaves_the_update_unchanged(one_step, e
                        StaticKnowledge.from_dict(BANK), tiny, tmp_path / str(skip) / "out", progress=False)
         metrics[skip] = tr.update([dataclasses.replace(s) for s in samples + zeros], 0)
         after[skip] = {n: p.detach().clone() for n, p in tr.unwrapped().named_parameters()}
-    assert metrics[True]["rl/zero_adv_skipped_share"] >= 0.5 and metrics[False]["rl/zero_adv_skipped_share"] == 0.0
-    assert metrics[True]["perf/update_tokens"] < 0.6 * metrics[False]["perf/update_tokens"]
-    moved = [n for n in after[True] if not torch.equal(after[True][n], one_step["before"][n])]
-    assert moved
-    for n in after[True]:
-        torch.testing.assert_close(after[True][n], after[False][n], rtol=1e-4, atol=1e-6)
+    assert metrics[True]["rl/zero_adv_skipped_share"] > 0 and metrics[False]["rl/zero_adv_skipped_share"] == 0.0
+    assert metrics[True]["perf/update_tokens"] < metrics[False]["perf/update_tokens"]
+    assert any(not torch.equal(after[True][n], one_step["before"][n]) for n in after[True])
+    assert all(torch.equal(after[True][n], after[False][n]) for n in after[True])
     # every sample at A = 0: nothing runs but the zero pass, and the step is AdamW's step on a zero gradient
     tr = RLTrainer(make_cfg(env_cfg, tmp_path / "all0"), family, StaticKnowledge.from_dict(BANK), tiny,
                    tmp_path / "all0" / "out", progress=False)

@@ -485,14 +485,16 @@ class RLTrainer:
         route = [s for s in by_len if s.kind == "route"]
         exe = [s for s in by_len if s.kind == "exec"]
         units = self._sum({"route": self._units(route), "exec": self._units(exe), "samples": len(samples)})
-        if rl.skip_zero_advantage and rl.beta_kl == 0:
-            # -min(ρA, clip(ρ)A) is 0 with a 0 gradient where A = 0, and ``units`` above still counts these samples
-            # in the aggregate's denominator: skipping them leaves the gradient as it was, at a fraction of the work
-            # (in a TalentRL group whose arms each succeed or fail as a whole, every execution advantage is 0).
-            acc["zero_adv"] += sum(1 for s in samples if s.advantage == 0)
-            route, exe = [s for s in route if s.advantage != 0], [s for s in exe if s.advantage != 0]
         mb = rl.micro_batch_size
         micro = [("route", route[i:i + mb]) for i in range(0, len(route), mb)] + [("exec", exe[i:i + mb]) for i in range(0, len(exe), mb)]
+        if rl.skip_zero_advantage and rl.beta_kl == 0:
+            # -min(ρA, clip(ρ)A) is 0 with a 0 gradient where A = 0, and ``units`` above still counts those samples in
+            # the aggregate's denominator. A micro-batch whose every advantage is 0 therefore adds exactly 0: skipping
+            # it (and only whole ones, so the others keep their padding) leaves the update bitwise as it was. In a
+            # TalentRL group whose arms each succeed or fail as a whole, every execution advantage is 0.
+            kept = [(kind, chunk) for kind, chunk in micro if any(s.advantage != 0 for s in chunk)]
+            acc["zero_adv"] += sum(len(c) for _, c in micro) - sum(len(c) for _, c in kept)
+            micro = kept
         # at least one pass: with every sample skipped, a zero loss still gives every weight a zero gradient, so
         # AdamW's step (momentum, weight decay) is the one the full computation would take
         n_micro = max(self._max(len(micro)), 1)

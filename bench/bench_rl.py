@@ -5,6 +5,8 @@ level 5, ``--max-steps`` turns, constrained decoding over the admissible command
 
 * ``talentrl``      — ``rl/trainer.py`` as designed: routing distribution over the talent menu, 2 talent
                       arms of group/2 matched rollouts, per-step execution samples + routing samples.
+* ``talentrl-noskip`` — the same with ``rl.skip_zero_advantage=false``: every sample runs forward/backward, also
+                      those whose advantage is 0 (same weights bitwise; the ratio is the skip's saving).
 * ``talentrl-flat`` — the flat-skill GRPO baseline (one arm, no routing samples).
 * ``trl-grpo``      — ``trl.GRPOTrainer`` with a multi-turn ``rollout_func`` (TRL 1.16, experimental): each
                       rollout is one growing conversation (first user turn = the same prompt ours sees,
@@ -55,12 +57,13 @@ BANK = {
 }
 
 
-def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool):
+def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool, skip: bool = True):
     import dataclasses
 
     from talentrl_core.rl.trainer import RLTrainer
 
-    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=flat, n_arms=1 if flat else 2))
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=flat, n_arms=1 if flat else 2,
+                                                          skip_zero_advantage=skip))
     tr = RLTrainer(cfg, family, knowledge, model_dir, out, progress=False)
     rows = []
     for step in range(args.steps):
@@ -292,6 +295,7 @@ def main(argv=None) -> int:
     for s in range(args.steps):  # the very tasks our trainer drew, step by step, in order
         tr.step_tasks(s)
         step_tasks.append(list(tr.step_all_tasks))
+    results["talentrl-noskip"], _ = ours(args, cfg, family, knowledge, str(model_dir), work / "noskip", flat=False, skip=False)
     results["talentrl-flat"], _ = ours(args, cfg, family, knowledge, str(model_dir), work / "flat", flat=True)
     results["trl-grpo"] = trl(args, cfg, family, knowledge, str(model_dir), work / "trl", step_tasks)
     wall = time.time() - t0
@@ -311,6 +315,9 @@ def main(argv=None) -> int:
         print(f"  {name:14s} rollout env-steps/s x{r['env_steps_per_s'] / b['env_steps_per_s']:.2f}   "
               f"update tok/s x{r['update_tokens_per_s'] / b['update_tokens_per_s']:.2f}   "
               f"update ms/env-step x{r['update_ms_per_env_step'] / b['update_ms_per_env_step']:.2f}")
+    r, b = results["talentrl"], results["talentrl-noskip"]
+    print(f"  zero-advantage skip (talentrl vs talentrl-noskip, same rollouts): update s/step "
+          f"x{b['update_s_per_step'] / max(r['update_s_per_step'], 1e-9):.2f} faster")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "wall_s": wall, "results": results}, indent=2))
     return 0

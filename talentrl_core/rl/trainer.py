@@ -471,7 +471,7 @@ class RLTrainer:
         out = {"rl/loss": tot["loss"] / n_opt, "rl/clip_frac": tot["clip"] / ctok, "rl/kl": tot["kl"] / ctok,
                "rl/grad_norm": acc["grad_norm"] / n_opt, "rl/lr": self.sched.get_last_lr()[0],
                "rl/samples": n_samples, "rl/skipped": 0.0, "perf/update_tokens": tot["tokens"],
-               "rl/zero_adv_skipped_share": tot["zero_adv"] / (n_samples * n_opt / len(parts))}
+               "rl/zero_adv_skipped_share": tot["zero_adv"] / (n_samples * rl.ppo_epochs)}
         if rl.beta_kl > 0:
             out["rl/kl_ref"] = tot["kl_ref"] / ctok
         return out

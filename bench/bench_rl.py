@@ -8,6 +8,8 @@ level 5, ``--max-steps`` turns, constrained decoding over the admissible command
 * ``talentrl-noskip`` — the same with ``rl.skip_zero_advantage=false``: every sample runs forward/backward, also
                       those whose advantage is 0 (same weights bitwise; the ratio is the skip's saving).
 * ``talentrl-flat`` — the flat-skill GRPO baseline (one arm, no routing samples).
+* ``talentrl-flat-noshare`` — the same with ``rl.share_prefix=false``: every row of a micro-batch reads its whole
+                      prompt, instead of the micro-batch's common prefix read once (the ratio is that saving).
 * ``trl-grpo``      — ``trl.GRPOTrainer`` with a multi-turn ``rollout_func`` (TRL 1.16, experimental): each
                       rollout is one growing conversation (first user turn = the same prompt ours sees,
                       then ``Obs/Admissible`` user turns), generated with ``model.generate`` (TRL's
@@ -57,13 +59,13 @@ BANK = {
 }
 
 
-def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool, skip: bool = True):
+def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool, **rl):
+    """Our trainer for ``args.steps`` updates; ``rl``: RLConfig fields to change (the ablation rows)."""
     import dataclasses
 
     from talentrl_core.rl.trainer import RLTrainer
 
-    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=flat, n_arms=1 if flat else 2,
-                                                          skip_zero_advantage=skip))
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=flat, n_arms=1 if flat else 2, **rl))
     tr = RLTrainer(cfg, family, knowledge, model_dir, out, progress=False)
     rows = []
     for step in range(args.steps):
@@ -295,8 +297,11 @@ def main(argv=None) -> int:
     for s in range(args.steps):  # the very tasks our trainer drew, step by step, in order
         tr.step_tasks(s)
         step_tasks.append(list(tr.step_all_tasks))
-    results["talentrl-noskip"], _ = ours(args, cfg, family, knowledge, str(model_dir), work / "noskip", flat=False, skip=False)
+    results["talentrl-noskip"], _ = ours(args, cfg, family, knowledge, str(model_dir), work / "noskip", flat=False,
+                                          skip_zero_advantage=False)
     results["talentrl-flat"], _ = ours(args, cfg, family, knowledge, str(model_dir), work / "flat", flat=True)
+    results["talentrl-flat-noshare"], _ = ours(args, cfg, family, knowledge, str(model_dir), work / "flat-noshare",
+                                               flat=True, share_prefix=False)
     results["trl-grpo"] = trl(args, cfg, family, knowledge, str(model_dir), work / "trl", step_tasks)
     wall = time.time() - t0
 
@@ -320,6 +325,11 @@ def main(argv=None) -> int:
           f"x{b['update_s_per_step'] / max(r['update_s_per_step'], 1e-9):.2f}, update tokens skipped "
           f"{1 - r['update_tokens_per_step'] / max(b['update_tokens_per_step'], 1e-9):.0%} (the share grows with arms "
           "that succeed or fail as a whole; the first row also pays the process's warm-up)")
+    r, b = results["talentrl-flat"], results["talentrl-flat-noshare"]
+    print(f"  shared prompt prefix (talentrl-flat-noshare / talentrl-flat, same rollouts): update s/step "
+          f"x{b['update_s_per_step'] / max(r['update_s_per_step'], 1e-9):.2f}, update tokens read "
+          f"{r['update_tokens_per_step'] / max(b['update_tokens_per_step'], 1e-9):.0%} of the full rows' (the prefix "
+          "is this bench's short system text + task; a demo prompt repeats its skills too)")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "wall_s": wall, "results": results}, indent=2))
     return 0

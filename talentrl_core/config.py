@@ -423,6 +423,8 @@ class RLConfig:
     "Drop groups whose rewards are all equal (dynamic sampling)."
     skip_zero_advantage: bool = True
     "Skip the forward/backward of micro-batches whose every advantage is 0 when beta_kl = 0: they add exactly 0 to the\n    gradient (the aggregate's denominator still counts them), so the update is bitwise the same. False: run them anyway."
+    share_prefix: bool = True
+    "Micro-batches of samples that start alike (same task: system text, task, skills; sorted by their tokens), whose\n    common prompt prefix is read once per micro-batch and shared by its rows. The same loss and gradient up to float\n    rounding, on fewer tokens. False: one micro-batch per similar length, every row read in full."
     aem: bool = False
     "AEM-style surprisal modulation of advantages (ours; off by default)."
     aem_eta0: float = 0.5

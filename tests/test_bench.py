@@ -30,8 +30,8 @@ def test_bench_rl_compares_three_trainers(tmp_path, shared_data, session_cache):
                   "--cache-dir", str(session_cache), "--json", str(res), tmp_path=tmp_path)
     assert "ratios vs trl-grpo" in stdout
     results = json.loads(res.read_text())["results"]
-    assert set(results) == {"talentrl", "talentrl-noskip", "talentrl-flat", "trl-grpo"}
-    assert "zero-advantage skip" in stdout
+    assert set(results) == {"talentrl", "talentrl-noskip", "talentrl-flat", "talentrl-flat-noshare", "trl-grpo"}
+    assert "zero-advantage skip" in stdout and "shared prompt prefix" in stdout
     for name, r in results.items():
         # at this size a group may have zero reward variance and be filtered, so only the rollout is certain
         assert r["env_steps_per_s"] > 0 and r["update_tokens_per_s"] >= 0, name

@@ -307,6 +307,40 @@ def test_skipping_zero_advantage_samples_leaves_the_update_unchanged(one_step, e
     assert m["rl/zero_adv_skipped_share"] == 1.0 and m["rl/grad_norm"] == 0.0
 
 
+def test_shared_prefix_gives_the_log_probs_and_update_of_full_rows(one_step, env_cfg, family, tiny, tmp_path):
+    """rl.share_prefix: samples sorted by their tokens put a task's turns together; the micro-batch's common prompt
+    prefix is read once and its keys/values shared by every row. Same log-probs, gradients and update (float32, up
+    to rounding) on fewer tokens."""
+    tr, samples = one_step["trainer"], one_step["samples"]
+    chunk = sorted((s for s in samples if s.kind == "exec"), key=lambda s: s.prompt_ids + s.completion_ids)[:16]
+    grads, lps, batches = {}, {}, {}
+    model = tr.unwrapped()
+    for share in (False, True):
+        b = collate(chunk, tr.tok, tr.vocab, "cpu", tr.tries, share_prefix=share)
+        model.zero_grad(set_to_none=True)
+        lp = token_logprobs(model, b, tr.cfg.model.temperature)
+        (lp * b.advantages[:, None]).sum().backward()
+        grads[share] = {n: p.grad.clone() for n, p in model.named_parameters()}
+        lps[share], batches[share] = lp.detach(), b
+    model.zero_grad(set_to_none=True)
+    assert batches[False].prefix_ids is None
+    P = batches[True].prefix_ids.shape[1]
+    assert P >= 16 and all(s.prompt_ids[:P] == chunk[0].prompt_ids[:P] for s in chunk)
+    assert batches[True].n_tokens == batches[False].n_tokens - (len(chunk) - 1) * P
+    assert torch.equal(batches[True].mask, batches[False].mask) and torch.equal(batches[True].targets, batches[False].targets)
+    assert (lps[True] - lps[False]).abs().max() < 1e-5
+    for n, g in grads[False].items():
+        assert torch.allclose(grads[True][n], g, rtol=1e-4, atol=1e-6), n
+    metrics = {}
+    for share in (False, True):
+        t2 = RLTrainer(make_cfg(env_cfg, tmp_path / str(share), share_prefix=share), family,
+                       StaticKnowledge.from_dict(BANK), tiny, tmp_path / str(share) / "out", progress=False)
+        metrics[share] = t2.update([dataclasses.replace(s) for s in samples], 0)
+    assert metrics[True]["perf/update_tokens"] < metrics[False]["perf/update_tokens"]
+    for k in ("rl/loss", "rl/grad_norm"):
+        assert metrics[True][k] == pytest.approx(metrics[False][k], rel=1e-4, abs=1e-6), k
+
+
 def test_lora_kl_no_talent_arm_and_epochs(env_cfg, family, tiny, tmp_path):
     """LoRA + β·KL to the adapter-free model + a no-talent arm + 2 PPO epochs + seq_mean_token_sum: one step
     trains, logs rl/kl_ref, and the saved model is merged (plain weights, loadable without peft)."""

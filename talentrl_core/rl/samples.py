@@ -122,19 +122,57 @@ class Batch:
     old_logprobs: torch.Tensor  # (B, T) float
     advantages: torch.Tensor  # (B,) float
     allowed: Optional[torch.Tensor]  # (B, T, V) bool, None when no row is constrained
-    n_tokens: int  # real (non-pad) tokens in input_ids
+    n_tokens: int  # tokens the forward reads: the shared prefix once, then each row's own (non-pad) tokens
+    prefix_ids: Optional[torch.Tensor] = None
+    "(1, P) tokens every row starts with, read once (``collate(share_prefix=True)``); then ``input_ids`` holds each row's\n    tokens after them, ``attention_mask`` is (B, P + L) and ``position_ids`` start at P."
 
     @property
     def n_completion_tokens(self) -> int:
         return int(self.mask.sum().item())
 
 
-def collate(samples: Sequence[Sample], tokenizer, vocab_size: int, device, tries: Optional[TrieCache] = None) -> Batch:
+MIN_SHARED_PREFIX = 16
+"Shorter common prefixes are not worth a separate forward (``collate(share_prefix=True)``)."
+
+
+def shared_prefix_len(samples: Sequence[Sample]) -> int:
+    """Length of the prompt prefix every sample starts with, leaving each row at least its last prompt token
+    (whose logits predict the first completion token); 0 for a single sample or below ``MIN_SHARED_PREFIX``.
+
+    >>> s = lambda p: Sample("exec", p, [9], [0.0])
+    >>> shared_prefix_len([s(list(range(40))), s(list(range(30)) + [7] * 10)])
+    30
+    >>> shared_prefix_len([s(list(range(40))), s(list(range(20)))])   # row 2 keeps its last prompt token
+    19
+    >>> shared_prefix_len([s([1] * 40), s([2] * 40)])
+    0
+    """
+    if len(samples) < 2:
+        return 0
+    first, n = samples[0].prompt_ids, min(len(s.prompt_ids) for s in samples) - 1
+    for s in samples[1:]:
+        p = s.prompt_ids
+        k = 0
+        while k < n and p[k] == first[k]:
+            k += 1
+        n = k
+    return n if n >= MIN_SHARED_PREFIX else 0
+
+
+def collate(samples: Sequence[Sample], tokenizer, vocab_size: int, device, tries: Optional[TrieCache] = None,
+            share_prefix: bool = False) -> Batch:
+    """Samples as one left-padded batch (``Batch``).
+
+    ``share_prefix``: the prompt prefix all rows have in common (same task: system text, task, skills) goes into
+    ``prefix_ids`` and is read once, its keys and values shared by every row (``token_logprobs``); the rows hold
+    only what follows it. The log-probs are the same function of the weights; only the float rounding differs.
+    """
     if not samples:
         raise ValueError("collate needs at least one sample")
     tries = tries or TrieCache(tokenizer)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    seqs = [s.prompt_ids + s.completion_ids for s in samples]
+    P = shared_prefix_len(samples) if share_prefix else 0
+    seqs = [s.prompt_ids[P:] + s.completion_ids for s in samples]
     B, L = len(samples), max(len(x) for x in seqs)
     T = max(len(s.completion_ids) for s in samples)
     if T == 0:
@@ -159,10 +197,33 @@ def collate(samples: Sequence[Sample], tokenizer, vocab_size: int, device, tries
             old[i, T - c:] = torch.tensor(s.old_logprobs, dtype=torch.float32)
         if s.allowed:
             allowed[i, T - c:] = constrained_mask(tokenizer, s.completion_ids, s.allowed, vocab_size, tries.get(s.allowed))
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)  # positions from each row's first real token, as in generation
+    n_tokens = int(attn.sum().item()) + P
+    prefix = None
+    if P:
+        prefix = torch.tensor([samples[0].prompt_ids[:P]], dtype=torch.long).to(device)
+        attn = torch.cat([torch.ones((B, P), dtype=torch.long), attn], dim=1)
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)[:, P:]  # positions from each row's first real token, as in generation
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
     return Batch(ids.to(device), attn.to(device), pos.to(device), targets.to(device), mask.to(device), old.to(device),
-                 adv.to(device), None if allowed is None else allowed.to(device), int(attn.sum().item()))
+                 adv.to(device), None if allowed is None else allowed.to(device), n_tokens, prefix)
+
+
+def _prefix_cache(model, batch: Batch):
+    """Keys and values of ``batch.prefix_ids``, computed once and repeated for every row (None without a prefix).
+
+    The gradient flows back through the repeat into the one prefix forward, so every row's loss reaches the prefix
+    weights as it would through its own copy. It runs on the unwrapped module: under DDP the one wrapped forward
+    (the rows') prepares the gradient reduction, which covers every use of a weight in the backward.
+    """
+    if batch.prefix_ids is None:
+        return None
+    ids = batch.prefix_ids
+    pos = torch.arange(ids.shape[1], device=ids.device)[None]
+    out = getattr(model, "module", model)(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos,
+                                            use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_repeat_interleave(batch.input_ids.shape[0])
+    return cache
 
 
 def token_logprobs(model, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
@@ -173,8 +234,9 @@ def token_logprobs(model, batch: Batch, temperature: float = 1.0) -> torch.Tenso
     Off-completion slots are 0.
     """
     T = batch.targets.shape[1]
+    past = _prefix_cache(model, batch)
     out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, position_ids=batch.position_ids,
-                logits_to_keep=T + 1, use_cache=False)
+                past_key_values=past, logits_to_keep=T + 1, use_cache=past is not None)
     logits = out.logits[:, :-1, :].float()  # (B, T, V)
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature  # the generator samples from softmax(logits / temperature)

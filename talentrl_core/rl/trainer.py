@@ -480,8 +480,12 @@ class RLTrainer:
         """One AdamW step on ``samples`` (every process calls it the same number of times: collectives align)."""
         rl = self.rl
         temp = self.cfg.model.temperature
-        # Micro-batches of similar length (less padding); the loss is a sum over micro-batches, so order is free.
-        by_len = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        # The loss is a sum over micro-batches, so order is free: samples sorted by their tokens put a task's turns side
+        # by side, whose common prefix is then read once (rl.share_prefix); else micro-batches of similar length.
+        if rl.share_prefix:
+            by_len = sorted(samples, key=lambda s: s.prompt_ids + s.completion_ids)
+        else:
+            by_len = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
         route = [s for s in by_len if s.kind == "route"]
         exe = [s for s in by_len if s.kind == "exec"]
         units = self._sum({"route": self._units(route), "exec": self._units(exe), "samples": len(samples)})
@@ -509,7 +513,7 @@ class RLTrainer:
                     loss = self._dummy_loss()
                 else:
                     kind, chunk = micro[i]
-                    batch = collate(chunk, self.tok, self.vocab, self.acc.device, self.tries)
+                    batch = collate(chunk, self.tok, self.vocab, self.acc.device, self.tries, rl.share_prefix)
                     with autocast(self.compute_dtype, self.acc.device):
                         logp = token_logprobs(self.model, batch, temp)  # (B, T), carries the gradient
                         ref = self._ref_logprobs(batch) if rl.beta_kl > 0 else None

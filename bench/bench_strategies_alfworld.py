@@ -37,7 +37,7 @@ from talentrl_core.config import EnvConfig, EnvName  # noqa: E402
 from talentrl_core.envs.alfworld import SPLIT_SIZES, TASK_TYPES, AlfworldEnv, AlfworldFamily  # noqa: E402
 from talentrl_core.envs.alfworld_strategies import CLOSED_CLASSES  # noqa: E402
 from talentrl_core.envs.base import Task  # noqa: E402
-from talentrl_core.envs.strategies import strategies  # noqa: E402
+from talentrl_core.envs.strategies import play as play_strategy, strategies  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 _IN_RECEPTACLE = re.compile(r"\(inReceptacle (\S+) (\S+)\)")
@@ -69,21 +69,10 @@ def place_group(places: list[str]) -> str:
 
 def play(env: AlfworldEnv, task: Task, strategy: str) -> dict[str, Any]:
     """One episode of ``strategy`` on ``task``: outcome, steps, and the class of receptacle it first took from."""
-    env.reset(task)
-    actions, won, gave_up = [], False, False
-    while True:
-        action = env.strategy_action(strategy)
-        if action is None:
-            gave_up = True
-            break
-        res = env.step(action)
-        actions.append(action)
-        if res.done:
-            won = res.won
-            break
-    took = next((a.split(" from ", 1)[1] for a in actions if a.startswith("take ") and " from " in a), "")
-    return {"won": won, "steps": len(actions), "gave_up": gave_up,
-            "took_from": took.rsplit(" ", 1)[0] if took else "", "actions": actions}
+    ep = play_strategy(env, task, strategy)
+    took = next((a.split(" from ", 1)[1] for a in ep.actions if a.startswith("take ") and " from " in a), "")
+    return {"won": ep.won, "steps": len(ep.actions), "gave_up": ep.gave_up,
+            "took_from": took.rsplit(" ", 1)[0] if took else "", "actions": ep.actions}
 
 
 def run(family: AlfworldFamily, tasks: list[Task], names: list[str], log: Callable[[str], None]) -> list[dict]:

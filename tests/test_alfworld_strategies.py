@@ -23,7 +23,7 @@ from talentrl_core.envs.alfworld_strategies import (
     surfaces_first,
 )
 from talentrl_core.envs.base import Task
-from talentrl_core.envs.strategies import EpisodeView, get_strategy, strategies
+from talentrl_core.envs.strategies import EpisodeView, get_strategy, play, strategies
 
 # "put some book on sidetable." in a bedroom with four drawers: a book lies on the bed.
 PLACE = "valid_seen/pick_and_place_simple-Book-None-SideTable-329/trial_T20190908_050633_745514/game.tw-pddl"
@@ -55,16 +55,8 @@ def env(family):
 
 
 def _play(env: AlfworldEnv, task: Task, name: str) -> tuple[list[str], bool]:
-    env.reset(task)
-    actions, won = [], False
-    while (action := env.strategy_action(name)) is not None:
-        assert action in env.admissible_actions(), f"{name} chose the inadmissible {action!r}"
-        actions.append(action)
-        res = env.step(action)
-        if res.done:
-            won = res.won
-            break
-    return actions, won
+    ep = play(env, task, name, require_admissible=True)
+    return ep.actions, ep.won
 
 
 def test_registered_and_described():

@@ -75,3 +75,32 @@ def get_strategy(family: str, name: str) -> Strategy:
     if name not in found:
         raise KeyError(f"no strategy {name!r} for env {family!r}; choose from {sorted(found) or 'none (no strategies registered)'}")
     return found[name]
+
+
+@dataclass
+class Played:
+    """One episode of a strategy expert (``play``)."""
+
+    actions: list[str]
+    won: bool
+    gave_up: bool
+    "The strategy returned None before the episode ended (it does not apply to this task, or is stuck)."
+
+
+def play(env, task, name: str, require_admissible: bool = False) -> Played:
+    """Reset ``env`` to ``task`` and let the strategy ``name`` act (``env.strategy_action``) until the episode ends.
+
+    ``env`` is any environment with ``reset``, ``step`` and ``strategy_action`` (TextWorld, ALFWorld), kept open by
+    the caller so that one loaded game serves several strategies. ``require_admissible``: a ValueError names a
+    command the strategy chose that the game did not list as admissible at that step.
+    """
+    env.reset(task)
+    actions: list[str] = []
+    while (action := env.strategy_action(name)) is not None:
+        if require_admissible and action not in env.admissible_actions():
+            raise ValueError(f"strategy {name!r} chose {action!r}, not admissible at step {len(actions) + 1}")
+        actions.append(action)
+        res = env.step(action)
+        if res.done:
+            return Played(actions, bool(res.won), False)
+    return Played(actions, False, True)

@@ -328,8 +328,7 @@ def main(argv=None) -> int:
     r, b = results["talentrl-flat"], results["talentrl-flat-noshare"]
     print(f"  shared prompt prefix (talentrl-flat-noshare / talentrl-flat, same rollouts): update s/step "
           f"x{b['update_s_per_step'] / max(r['update_s_per_step'], 1e-9):.2f}, update tokens read "
-          f"{r['update_tokens_per_step'] / max(b['update_tokens_per_step'], 1e-9):.0%} of the full rows' (the prefix "
-          "is this bench's short system text + task; a demo prompt repeats its skills too)")
+          f"{r['update_tokens_per_step'] / max(b['update_tokens_per_step'], 1e-9):.0%} of the full rows'")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": vars(args), "wall_s": wall, "results": results}, indent=2))
     return 0

@@ -1,6 +1,7 @@
-"""RL seed replicates on one SFT checkpoint, and the pooled paired test over them (DESIGN.md §6, issue 14).
+"""Seed replicates of the main run, and the pooled paired tests over them (DESIGN.md §6, issue 14).
 
     python -m pipeline.seeds [hydra overrides...] --from artifacts --seeds 1 2 --out docs/results/talents
+    python -m pipeline.seeds [hydra overrides...] --redraw sft --from artifacts --seeds 1 2 --out docs/results/sft-draws
 
 For each seed N: a folder ``<from>/seeds/seed<N>`` whose trajectories, library and base/SFT models link to
 ``<from>``'s, then the ``rl`` stage (TalentRL and flat GRPO, ``rl.seed=N``) and the ``evaluate`` stage for the
@@ -10,6 +11,12 @@ place. ``<from>/eval`` itself is seed 0 (the pipeline's own ``rl.seed`` default)
 Then ``<out>/seed<N>/`` gets each seed's ``metrics.json`` and ``episodes.jsonl``, and ``<out>/pooled.json``
 the per-seed and pooled exact McNemar tests of ``talentrl`` vs ``flat_grpo`` (and vs ``talent_sft`` where seed 0
 has it) on every (seed, task) pair. ``--pool-only`` recomputes ``pooled.json`` from ``<out>`` alone.
+
+``--redraw sft`` replicates the SFT draw instead (the demo's router is learned fully, partly or not at all depending
+on it: docs/talents.md §11): ``<from>/sft_seeds/seed<N>`` links trajectories, library and base model only, and runs
+sft (``sft.seed=N``), rl (both systems) and evaluate (every system), so each draw has its own talent_sft and
+flat_skillbank. ``pooled.json`` then also pools ``talent_sft vs flat_skillbank`` and ``oracle_talent vs
+random_talent`` over the draws.
 """
 
 from __future__ import annotations
@@ -26,11 +33,17 @@ from .env import offline_defaults
 LINKED = ("trajectories", "library", "models/base", "models/sft", "cache")
 "What a replicate shares with the main run (read-only for the rl and evaluate stages)."
 PAIRS = (("talentrl", "flat_grpo"), ("talentrl", "talent_sft"))
+SFT_PAIRS = PAIRS + (("talent_sft", "flat_skillbank"), ("oracle_talent", "random_talent"))
+"Pooled over SFT draws, where every draw evaluates every system."
+REDRAWS = ("rl", "sft")
 
 
-def prepare_replicate(src: Path, seed: int) -> Path:
-    root = src / "seeds" / f"seed{seed}"
-    for rel in LINKED:
+def prepare_replicate(src: Path, seed: int, redraw: str = "rl") -> Path:
+    """``<src>/seeds/seed<N>`` (``<src>/sft_seeds/seed<N>`` for an SFT draw) linking what the replicate reuses."""
+    if redraw not in REDRAWS:
+        raise ValueError(f"redraw={redraw!r}: choose from {list(REDRAWS)}")
+    root = src / ("sft_seeds" if redraw == "sft" else "seeds") / f"seed{seed}"
+    for rel in LINKED if redraw == "rl" else tuple(r for r in LINKED if r != "models/sft"):
         target, link = (src / rel).resolve(), root / rel
         if not target.exists() or link.exists() or link.is_symlink():
             continue
@@ -39,16 +52,19 @@ def prepare_replicate(src: Path, seed: int) -> Path:
     return root
 
 
-def run_replicate(src: Path, seed: int, overrides: Sequence[str]) -> Path:
-    """rl (both systems) + evaluate (RL systems) for ``rl.seed=seed``; returns the replicate's eval folder."""
-    from talentrl_core.stages import evaluate, rl_both
+def run_replicate(src: Path, seed: int, overrides: Sequence[str], redraw: str = "rl") -> Path:
+    """rl (both systems) + evaluate (RL systems) for ``rl.seed=seed``; with ``redraw="sft"`` sft (``sft.seed=seed``) +
+    rl + evaluate (every system). Returns the replicate's eval folder."""
+    from talentrl_core.stages import evaluate, rl_both, sft
 
     from .config import load_config
 
-    root = prepare_replicate(src, seed)
-    base = list(overrides) + [f"artifacts_dir={root.resolve()}", f"rl.seed={seed}"]
+    root = prepare_replicate(src, seed, redraw)
+    base = list(overrides) + [f"artifacts_dir={root.resolve()}", f"{redraw}.seed={seed}"]
+    if redraw == "sft":
+        sft(load_config(base))
     rl_both(load_config(base))
-    evaluate(load_config(base + ["eval.systems=[flat_grpo,talentrl]"]))
+    evaluate(load_config(base if redraw == "sft" else base + ["eval.systems=[flat_grpo,talentrl]"]))
     return root / "eval"
 
 
@@ -61,7 +77,7 @@ def _greedy(path: Path) -> dict[str, dict[str, bool]]:
     return out
 
 
-def pooled(out: Path) -> dict:
+def pooled(out: Path, pairs: Sequence[tuple[str, str]] = PAIRS) -> dict:
     """Per-seed and pooled discordant counts and exact McNemar p from ``<out>/seed*/episodes.jsonl``."""
     from talentrl_core.evaluation.stats import mcnemar_exact
 
@@ -71,7 +87,7 @@ def pooled(out: Path) -> dict:
     result: dict = {"seeds": [p.parent.name for p in seeds], "pairs": {}}
     greedy = {p: _greedy(p) for p in seeds}
     sft = greedy[seeds[0]].get("talent_sft") if seeds[0].parent.name == "seed0" else None
-    for a, b in PAIRS:
+    for a, b in pairs:
         per, tot = {}, [0, 0, 0]
         for p in seeds:
             g = greedy[p]
@@ -95,21 +111,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     offline_defaults()
     p = argparse.ArgumentParser(prog="python -m pipeline.seeds", description=__doc__.split("\n")[0])
     p.add_argument("--from", dest="src", default="artifacts", help="the main run's artifacts folder (its eval is seed 0)")
-    p.add_argument("--seeds", type=int, nargs="*", default=[1, 2], help="RL seeds to replicate")
+    p.add_argument("--seeds", type=int, nargs="*", default=[1, 2], help="seeds to replicate")
+    p.add_argument("--redraw", choices=REDRAWS, default="rl",
+                   help="rl: RL seeds on the main run's SFT checkpoint; sft: SFT draws (sft.seed), each with its own RL")
     p.add_argument("--out", default="docs/results/talents", help="where seed<N>/metrics.json, episodes.jsonl and pooled.json go")
     p.add_argument("--pool-only", action="store_true", help="only recompute pooled.json from --out")
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the main run, e.g. experiment=demo")
     args = p.parse_args(argv)
     src, out = Path(args.src), Path(args.out)
     if not args.pool_only:
-        evals = {0: src / "eval"} | {s: run_replicate(src, s, args.overrides) for s in args.seeds if s != 0}
+        evals = {0: src / "eval"} | {s: run_replicate(src, s, args.overrides, args.redraw) for s in args.seeds if s != 0}
         for s, ev in sorted(evals.items()):
             for name in ("metrics.json", "episodes.jsonl"):
                 if not (ev / name).exists():
                     raise FileNotFoundError(f"{ev / name} is missing: run the pipeline (seed 0) / this replicate first")
                 (out / f"seed{s}").mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(ev / name, out / f"seed{s}" / name)
-    res = pooled(out)
+    res = pooled(out, SFT_PAIRS if args.redraw == "sft" else PAIRS)
+    res["redraw"] = args.redraw
     from talentrl_core.io import write_json
 
     write_json(out / "pooled.json", res)

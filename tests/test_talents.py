@@ -241,6 +241,35 @@ def test_seed_replicates_pool_paired_counts(tmp_path):
     assert res["pairs"]["talentrl vs talent_sft"]["pooled"]["a_only"] == 3
 
 
+def test_sft_draw_replicates_retrain_sft_and_pool_the_sft_pairs(tmp_path):
+    """--redraw sft: a replicate links trajectories, library and base model but trains its own SFT checkpoint, and
+    the pooled tests add talent_sft vs flat_skillbank and oracle vs random talent, each draw against its own."""
+    import json
+
+    from pipeline.seeds import SFT_PAIRS, prepare_replicate, pooled
+
+    src = tmp_path / "artifacts"
+    for rel in ("trajectories", "library", "models/base", "models/sft"):
+        (src / rel).mkdir(parents=True)
+    rl_root, sft_root = prepare_replicate(src, 1), prepare_replicate(src, 1, "sft")
+    assert rl_root != sft_root and sft_root.parent.name == "sft_seeds"
+    assert (rl_root / "models" / "sft").is_symlink()
+    assert (sft_root / "models" / "base").is_symlink() and not (sft_root / "models" / "sft").exists()
+    with pytest.raises(ValueError, match="'rl', 'sft'"):
+        prepare_replicate(src, 1, "evaluate")
+    out = tmp_path / "out"
+    for seed, sft_ok in ((0, [True, True]), (1, [False, False])):
+        d = out / f"seed{seed}"
+        d.mkdir(parents=True)
+        rows = [("talent_sft", t, ok) for t, ok in zip("ab", sft_ok)] + [("flat_skillbank", t, False) for t in "ab"]
+        d.joinpath("episodes.jsonl").write_text("".join(json.dumps({"system": sy, "panel": "tw", "task_id": t, "success": ok})
+                                                        + "\n" for sy, t, ok in rows))
+    res = pooled(out, SFT_PAIRS)
+    sf = res["pairs"]["talent_sft vs flat_skillbank"]
+    assert sf["pooled"]["a_only"] == 2 and sf["per_seed"]["seed1"]["a_only"] == 0 and not sf["a_ahead_in_every_seed"]
+    assert "talent_sft vs flat_skillbank" not in pooled(out)["pairs"]  # RL seeds share one SFT: not pooled there
+
+
 def test_flat_share_renders_whole_trajectories_as_the_flat_baseline_sees_them(knowledge, runs):
     k, _ = knowledge
     flat_k = LibraryKnowledge(k.lib, k.cfg, flat=True)

@@ -60,7 +60,7 @@ def run_replicate(src: Path, seed: int, overrides: Sequence[str], redraw: str = 
     from .config import load_config
 
     root = prepare_replicate(src, seed, redraw)
-    base = list(overrides) + [f"artifacts_dir={root.resolve()}", f"{redraw}.seed={seed}"]
+    base = list(overrides) + [f"artifacts_dir={root.resolve()}", f"{redraw}.seed={seed}"]  # rl.seed or sft.seed
     if redraw == "sft":
         sft(load_config(base))
     rl_both(load_config(base))

@@ -20,6 +20,7 @@ batch is left-padded with positions counted from the first real token, as the ge
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -149,13 +150,8 @@ def shared_prefix_len(samples: Sequence[Sample]) -> int:
     """
     if len(samples) < 2:
         return 0
-    first, n = samples[0].prompt_ids, min(len(s.prompt_ids) for s in samples) - 1
-    for s in samples[1:]:
-        p = s.prompt_ids
-        k = 0
-        while k < n and p[k] == first[k]:
-            k += 1
-        n = k
+    prompts = [s.prompt_ids for s in samples]
+    n = min(len(os.path.commonprefix(prompts)), min(len(p) for p in prompts) - 1)  # commonprefix takes any sequences
     return n if n >= MIN_SHARED_PREFIX else 0
 
 

@@ -483,11 +483,11 @@ class RLTrainer:
         # The loss is a sum over micro-batches, so order is free: samples sorted by their tokens put a task's turns side
         # by side, whose common prefix is then read once (rl.share_prefix); else micro-batches of similar length.
         if rl.share_prefix:
-            by_len = sorted(samples, key=lambda s: s.prompt_ids + s.completion_ids)
+            ordered = sorted(samples, key=lambda s: s.prompt_ids + s.completion_ids)
         else:
-            by_len = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
-        route = [s for s in by_len if s.kind == "route"]
-        exe = [s for s in by_len if s.kind == "exec"]
+            ordered = sorted(samples, key=lambda s: len(s.prompt_ids) + len(s.completion_ids))
+        route = [s for s in ordered if s.kind == "route"]
+        exe = [s for s in ordered if s.kind == "exec"]
         units = self._sum({"route": self._units(route), "exec": self._units(exe), "samples": len(samples)})
         mb = rl.micro_batch_size
         micro = [("route", route[i:i + mb]) for i in range(0, len(route), mb)] + [("exec", exe[i:i + mb]) for i in range(0, len(exe), mb)]

@@ -351,6 +351,9 @@ class SFTConfig:
     "AdamW weight decay."
     save_steps: int = 100
     "Checkpoint every N steps (for resume)."
+    keep_checkpoints: int = 2
+    ("Checkpoints kept in <out>.work (older ones are deleted; 0 keeps all, e.g. to trace the router's learning curve "
+     "with bench/bench_routing.py: docs/talents.md §11).")
     micro_batch_size: int = 4
     "Samples per forward pass: each step's batch_size random samples run sorted by length in micro-batches of this size (less padding, the same gradient)."
     resume: bool = True
@@ -378,7 +381,7 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         check_ranges("sft", self, max_steps=_AT_LEAST_1, lr=_POSITIVE, batch_size=_AT_LEAST_1, warmup_steps=_NON_NEGATIVE,
-                     save_steps=_AT_LEAST_1, max_minutes=_NON_NEGATIVE, weight_decay=_NON_NEGATIVE, grad_accum=_AT_LEAST_1,
+                     save_steps=_AT_LEAST_1, keep_checkpoints=_NON_NEGATIVE, max_minutes=_NON_NEGATIVE, weight_decay=_NON_NEGATIVE, grad_accum=_AT_LEAST_1,
                      routing_weight=_AT_LEAST_1,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))

@@ -343,7 +343,7 @@ def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConf
     """What an SFT result depends on (its checkpoints resume only under the same job; ``workdir.claim``)."""
     import dataclasses
 
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps")}
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps", "keep_checkpoints")}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
     return {"base_model": base_model, "sft": settings, "model": dataclasses.asdict(model_cfg),
             "data": {"samples": len(data.samples), "sha1": samples}}
@@ -378,7 +378,7 @@ def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length
         max_length=max_length,  # samples arrive cut to it (tokenize_sample): TRL's truncation is a no-op
         assistant_only_loss=False,  # the loss mask comes with the tokens (assistant_masks -> labels)
         save_steps=cfg.save_steps,
-        save_total_limit=2,
+        save_total_limit=cfg.keep_checkpoints or None,  # TRL: None keeps every checkpoint
         logging_steps=max(1, min(10, cfg.max_steps // 6)),
         report_to=report_to,
         seed=cfg.seed,

@@ -54,7 +54,7 @@ def test_sft_few_steps_change_weights_and_lower_loss(world, tmp_path, shared_dat
     fam, tasks, trajs, knowledge = world
     data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
     base = build_tiny(SMALL, tmp_path / "base", shared_data)
-    cfg = SFTConfig(max_steps=12, lr=3e-3, warmup_steps=2, batch_size=8, save_steps=6)
+    cfg = SFTConfig(max_steps=12, lr=3e-3, warmup_steps=2, batch_size=8, save_steps=4, keep_checkpoints=0)
 
     class Recorder:
         logged: list = []
@@ -74,8 +74,8 @@ def test_sft_few_steps_change_weights_and_lower_loss(world, tmp_path, shared_dat
     assert info["last_logged_loss"] < info["first_logged_loss"]
     meta = json.loads((tmp_path / "sft" / "talentrl_meta.json").read_text())
     assert meta["steps"] == 12
-    # resumable: the work folder holds checkpoints; a rerun resumes from the last one
-    assert any((tmp_path / "sft.work").glob("checkpoint-*"))
+    # resumable: the work folder holds checkpoints (keep_checkpoints=0: every one); a rerun resumes from the last one
+    assert sorted(int(p.name.split("-")[1]) for p in (tmp_path / "sft.work").glob("checkpoint-*")) == [4, 8, 12]
     info2 = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
     assert info2["resumed"] is True
     # a checkpoint cut short by a kill (no trainer state) and a staging folder of an unfinished write: resume
@@ -84,17 +84,18 @@ def test_sft_few_steps_change_weights_and_lower_loss(world, tmp_path, shared_dat
     (work / "checkpoint-12" / "trainer_state.json").unlink()
     (work / ".staging-checkpoint-18").mkdir()
     info2b = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
-    assert info2b["resumed_from"] == str(work / "checkpoint-6") and info2b["steps"] == 12
+    assert info2b["resumed_from"] == str(work / "checkpoint-8") and info2b["steps"] == 12
     assert not (work / ".staging-checkpoint-18").exists()
     assert (work / "checkpoint-12" / "trainer_state.json").exists()  # rewritten whole by the resumed run
     # a different job (here: another learning rate) never resumes the old job's checkpoints, and never deletes
     # them: the old folders are moved aside, the message names the setting that differs
     import dataclasses
 
-    info3 = train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, lr=1e-3), SMALL)
+    info3 = train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, lr=1e-3, keep_checkpoints=1), SMALL)
     assert info3["resumed"] is False
     moved = sorted(tmp_path.glob("sft.work.prev-*"))
     assert len(moved) == 1 and (moved[0] / "checkpoint-12").exists()
+    assert [p.name for p in work.glob("checkpoint-*")] == ["checkpoint-12"]  # keep_checkpoints=1: the newest only
     kept = sorted(tmp_path.glob("sft.prev-*"))
     assert len(kept) == 1 and (kept[0] / "model.safetensors").exists()
     assert json.loads((kept[0] / "talentrl_job.json").read_text())["sft"]["lr"] == cfg.lr

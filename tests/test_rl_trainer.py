@@ -206,6 +206,38 @@ def test_matched_arms_share_seed_and_initial_state(one_step, family):
         assert [s.action for s in trajs[j].steps] == [s.action for s in trajs[tr.per_arm + j].steps]
 
 
+def test_evaluated_routing_records_the_probability_of_its_choice(one_step, family):
+    """episodes.jsonl's route_p is the router's menu-constrained probability of the talent it chose: greedy routing
+    picks the most likely talent, and route_p equals that talent's teacher-forced probability; a talent the policy
+    did not choose has none."""
+    import copy
+
+    from talentrl_core.evaluation.runner import episode_result
+    from talentrl_core.prompts import format_talent, routing_messages
+    from talentrl_core.rl.samples import Sample, chat_prompt_ids, completion_ids_of, score_completions
+    from talentrl_core.rollout import EpisodeSpec
+
+    tr = one_step["trainer"]
+    greedy = copy.copy(tr.policy)
+    greedy.temperature = 0.0
+    tasks = [gr.task for gr in one_step["groups"]]
+    specs = [EpisodeSpec(t, routing="policy") for t in tasks] + [EpisodeSpec(tasks[0], routing="fixed", talent_id="T1")]
+    trajs = run_episodes(family.make, specs, greedy, dataclasses.replace(tr.settings, max_steps=1), tr.knowledge,
+                         batch_size=len(specs), progress=False)
+    menu = tr.knowledge.menu("textworld")
+    allowed = [format_talent(m.shown) for m in menu]
+    model = tr.unwrapped().eval()
+    for t in trajs[:-1]:
+        prompt = chat_prompt_ids(tr.tok, routing_messages("textworld", t.goal, menu), tr.keep)
+        scores = score_completions(model, tr.tok, [Sample("route", prompt, completion_ids_of(tr.tok, a), [], allowed) for a in allowed],
+                                   tr.vocab, 1.0)
+        p = torch.softmax(torch.tensor([sum(x) for x in scores], dtype=torch.float64), 0)
+        r = episode_result("talent_sft", "textworld", t, None, 0)
+        assert t.talent_id == menu[int(p.argmax())].talent_id
+        assert r.route_p == pytest.approx(float(p.max()), abs=1e-3) and 1 / len(menu) <= r.route_p <= 1
+    assert episode_result("oracle_talent", "textworld", trajs[-1], None, 0).route_p is None
+
+
 def test_tied_share_is_over_kept_groups_and_absent_when_none_kept(one_step):
     tr, groups, st = one_step["trainer"], one_step["groups"], one_step["stats"]
     upd = {"perf/update_tokens": 1}

@@ -200,8 +200,8 @@ def test_talent_metrics_accuracy_regret_and_section(knowledge):
 
     matrix = matrix_from_labels(k.lib.labels("textworld"), shown)
     f, e = meta["strategy_talent"]["follow"], meta["strategy_talent"]["explore"]
-    rs = [EpisodeResult("talent_sft", "textworld", f"s{i}", STATED, True, 1.0, 5, f, f) for i in range(3)]
-    rs += [EpisodeResult("talent_sft", "textworld", f"h{i}", HIDDEN, False, 0.0, 5, f, e) for i in range(1)]
+    rs = [EpisodeResult("talent_sft", "textworld", f"s{i}", STATED, True, 1.0, 5, f, f, route_p=1.0) for i in range(3)]
+    rs += [EpisodeResult("talent_sft", "textworld", f"h{i}", HIDDEN, False, 0.0, 5, f, e, route_p=0.6) for i in range(1)]
     rs += [EpisodeResult("oracle_talent", "textworld", f"s{i}", STATED, True, 1.0, 5, f, f) for i in range(3)]
     rs += [EpisodeResult("oracle_talent", "textworld", "h0", HIDDEN, True, 1.0, 5, e, e)]
     tm = talent_metrics(rs, {"textworld": matrix})
@@ -211,12 +211,17 @@ def test_talent_metrics_accuracy_regret_and_section(knowledge):
     assert r["regret"] == pytest.approx(0.25)
     assert r["by_type"][HIDDEN]["chosen"] == {shown[f]: 1}
     assert tm["routing"]["oracle_talent"]["textworld"]["regret"] == 0.0
+    # the router's confidence: mean p of its choice, and the share chosen with p < 0.75 (only the policy's choices)
+    assert r["confidence"] == pytest.approx(0.9) and r["undecided"] == 0.25
+    assert r["by_type"][HIDDEN]["undecided"] == 1.0 and r["by_type"][STATED]["confidence"] == 1.0
+    assert "confidence" not in tm["routing"]["oracle_talent"]["textworld"]
     without_oracle = talent_metrics([r for r in rs if r.system != "oracle_talent"], {"textworld": matrix})
     assert without_oracle["ceiling"]["textworld"] == 1.0  # task types weighted equally when oracle_talent did not run
     metrics = build_metrics(rs)
     metrics["talents"] = tm
     md = render_markdown(metrics)
     assert "## Does the talent matter?" in md and "oracle vs random" not in md
+    assert "| talent_sft | 0.750 | 0.250 | 0.900 / 25% |" in md
 
 
 def test_seed_replicates_pool_paired_counts(tmp_path):

@@ -86,6 +86,9 @@ class EpisodeResult:
     "Policy steps (routing included)."
     n_invalid: int = 0
     "Steps whose action was unparseable or inadmissible."
+    route_p: Optional[float] = None
+    ("Probability the policy gave the talent it chose, under the menu constraint (None: the talent was not the "
+     "policy's choice). Near 1 on every task: a sure router, which RL's routing contrasts barely move.")
 
 
 SCORE_PANELS = ("webshop",)

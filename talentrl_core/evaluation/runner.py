@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -155,6 +156,13 @@ def open_panel(cfg: TalentRLConfig, panel: str, progress: bool):
     return family, tasks, settings
 
 
+def route_probability(t) -> Optional[float]:
+    """The probability of ``t``'s routing completion (its menu-constrained token log-probs summed): the router's
+    confidence in the talent it chose. None when the episode has no policy routing step with log-probs."""
+    step = next((s for s in t.steps if s.action.startswith("talent:")), None)
+    return round(math.exp(sum(step.logprobs)), 4) if step is not None and step.logprobs else None
+
+
 def episode_result(system: str, panel: str, t, knowledge, sample_idx: int) -> EpisodeResult:
     """One evaluated trajectory as a row of episodes.jsonl; ``knowledge`` (None for systems without skills) names
     the task's oracle talent. An episode whose environment crashed keeps its error flag and counts as a failure."""
@@ -163,7 +171,7 @@ def episode_result(system: str, panel: str, t, knowledge, sample_idx: int) -> Ep
         system=system, panel=panel, task_id=t.task_id, task_type=t.task_type, success=bool(t.success),
         reward=float(t.final_reward), tokens=sum(s.prompt_tokens + s.completion_tokens for s in t.steps),
         chosen_talent=t.talent_id, oracle_talent=oracle, sample_idx=sample_idx,
-        error=bool(t.error), n_steps=t.n_steps, n_invalid=t.n_invalid,
+        error=bool(t.error), n_steps=t.n_steps, n_invalid=t.n_invalid, route_p=route_probability(t),
     )
 
 

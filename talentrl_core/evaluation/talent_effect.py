@@ -7,12 +7,15 @@ greedy episodes. Output (``metrics["talents"]``)::
     {"matrix": {PANEL: {TYPE: {STRATEGY: {"success", "n", "steps", "talent", "label"}}}},
      "best":   {PANEL: {TYPE: {"strategy", "talent", "label", "success"}}},
      "ceiling": {PANEL: float},           # the oracle router over the experts: mean best-cell success
-     "routing": {SYSTEM: {PANEL: {"accuracy", "regret", "n",
-                                  "by_type": {TYPE: {"accuracy", "regret", "chosen": {LABEL: count}}}}}}}
+     "routing": {SYSTEM: {PANEL: {"accuracy", "regret", "n", "confidence", "undecided",
+                                  "by_type": {TYPE: {"accuracy", "regret", "confidence", "undecided",
+                                                     "chosen": {LABEL: count}}}}}}}
 
 *Routing regret* of a routed episode is ``matrix[type][best strategy] − matrix[type][strategy of the chosen
 talent]``: what the choice alone costs when executed as well as the experts do (0 for the best talent). It
 separates routing from execution; the executed gap is ``oracle_talent`` minus the system in the success table.
+*Confidence* is the mean probability the router gave its own choice (episodes' ``route_p``; absent for systems
+whose talent is not the policy's choice), *undecided* the share of choices made with p < ``UNDECIDED``.
 """
 
 from __future__ import annotations
@@ -46,6 +49,22 @@ def best_cells(matrix: Mapping[str, Mapping[str, Mapping]]) -> dict[str, dict]:
     return out
 
 
+UNDECIDED = 0.75
+"A routing choice made with less than this probability is *undecided*: with two talents, a logit margin under ln 3."
+
+
+def confidence(episodes: Sequence[Any]) -> dict:
+    """``{"confidence": mean p of the chosen talent, "undecided": share chosen with p < UNDECIDED}`` over the
+    episodes that carry ``route_p`` (the policy's own choices); ``{}`` when none does.
+
+    >>> from types import SimpleNamespace as E
+    >>> confidence([E(route_p=1.0), E(route_p=0.6), E(route_p=None)])
+    {'confidence': 0.8, 'undecided': 0.5}
+    """
+    ps = [e.route_p for e in episodes if getattr(e, "route_p", None) is not None]
+    return {"confidence": float(np.mean(ps)), "undecided": float(np.mean([p < UNDECIDED for p in ps]))} if ps else {}
+
+
 def routing_block(episodes: Sequence[Any], matrix: Mapping[str, Mapping[str, Mapping]]) -> Optional[dict]:
     """Accuracy against the measured best talent, matrix regret, and the chosen-talent distribution per type."""
     best = best_cells(matrix)
@@ -58,7 +77,7 @@ def routing_block(episodes: Sequence[Any], matrix: Mapping[str, Mapping[str, Map
     def stats(eps: list) -> dict:
         acc = [e.chosen_talent == best[e.task_type]["talent"] for e in eps]
         regret = [best[e.task_type]["success"] - by_talent.get((e.task_type, e.chosen_talent), {"success": 0.0})["success"] for e in eps]
-        return {"accuracy": float(np.mean(acc)), "regret": float(np.mean(regret)), "n": len(eps)}
+        return {"accuracy": float(np.mean(acc)), "regret": float(np.mean(regret)), "n": len(eps), **confidence(eps)}
 
     out = stats(rows)
     groups: dict[str, list] = defaultdict(list)
@@ -145,10 +164,14 @@ def talent_section(metrics: Mapping) -> list[str]:
             if b is None:
                 continue
             dist = "; ".join(f"{tt}: " + ", ".join(f"{k}×{v}" for k, v in d["chosen"].items()) for tt, d in b["by_type"].items())
-            rows.append([system, f"{b['accuracy']:.3f}", f"{b['regret']:.3f}", str(b["n"]), dist])
+            sure = f"{b['confidence']:.3f} / {_pct(b['undecided'])}" if "confidence" in b else "—"
+            rows.append([system, f"{b['accuracy']:.3f}", f"{b['regret']:.3f}", sure, str(b["n"]), dist])
         if rows:
-            out += ["Routing against the measured best talent (regret: the matrix success the choice gives up).", "",
-                    md_table(["system", "accuracy", "regret", "n", "chosen talents per task type"], rows), ""]
+            out += ["Routing against the measured best talent (regret: the matrix success the choice gives up; "
+                    f"confidence: the mean probability the router gave its choice, and the share of tasks it chose with "
+                    f"p < {UNDECIDED}). RL's routing contrasts move a router near its boundary; one sure of every task "
+                    "they barely move (docs/talents.md §11).", "",
+                    md_table(["system", "accuracy", "regret", "confidence / undecided", "n", "chosen talents per task type"], rows), ""]
         out += _verdicts(metrics, panel) + [""]
     return out
 

@@ -86,8 +86,7 @@ def run(checkpoint: str, routing: str, task_type: Optional[str], n: int, overrid
              if task_type is None or t.task_type == task_type][:n]
     knowledge = open_knowledge(pinned_library(cfg, ckpt), flat=routing == "none")
     policy = load_policy(cfg, str(ckpt), temperature=0.0, name=f"{checkpoint}-{routing}")[0]
-    settings = RolloutSettings(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
-                               run_id="bench-behaviour", split=split)
+    settings = RolloutSettings.of(env_cfg, run_id="bench-behaviour", split=split)
     specs = [EpisodeSpec(t, routing=routing, use_skills=True, seed=i) for i, t in enumerate(tasks)]
     trajs = run_episodes(family.make, specs, policy, settings, knowledge, cfg.collect.batch_size, False)
     menu = {t.talent_id: t.shown for t in knowledge.menu("textworld")}

@@ -100,6 +100,9 @@ class EnvConfig:
     "Number of past (observation, action) pairs shown in an execution prompt."
     obs_chars: int = 400
     "Observations are cut to this many characters in prompts."
+    routing_obs_chars: int = 0
+    ("Characters of the first observation the router sees after the goal (0: the goal only). A task whose deciding "
+     "information is in the first room, as tw-fork's sign (envs/textworld_maps.py), needs it.")
     # ALFWorld
     alfworld_archive: str = "${data_dir}/alfworld/json_2.1.1_all.tar.xz"
     "The ALFWorld games archive (unpacked once into cache_dir)."
@@ -146,7 +149,7 @@ class EnvConfig:
     def __post_init__(self) -> None:
         if self.max_steps < 1:
             raise ValueError(f"env.max_steps must be >= 1, got {self.max_steps}")
-        check_ranges("env", self, history=_NON_NEGATIVE, obs_chars=(">= 20 (characters of an observation shown)", lambda v: v >= 20),
+        check_ranges("env", self, history=_NON_NEGATIVE, routing_obs_chars=_NON_NEGATIVE, obs_chars=(">= 20 (characters of an observation shown)", lambda v: v >= 20),
                      step_timeout_s=_POSITIVE)
         if self.invalid_penalty > 0:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")

@@ -155,9 +155,29 @@ class SkillView:
     principle: str
 
 
-def routing_messages(env: str, goal: str, menu: Sequence[TalentView]) -> list[dict]:
+def observation_text(observation: str, goal: str, n: int) -> str:
+    """``observation`` on one line, without the goal (intro observations repeat it: it is shown once already), cut
+    to ``n`` characters.
+
+    >>> observation_text("Find the coin!  -= Hall =- A sign reads: east.", "Find the coin!", 30)
+    '-= Hall =- A sign reads: east.'
+    """
+    o = " ".join(observation.split())
+    goal = " ".join(goal.split())
+    return _cut(o.replace(goal, "").strip() if goal else o, n)
+
+
+def routing_view(goal: str, first_observation: str, obs_chars: int) -> str:
+    """What the router sees of the first observation (``env.routing_obs_chars``; "" when 0): the same text at SFT,
+    in RL and in evaluation."""
+    return observation_text(first_observation or "", goal, obs_chars) if obs_chars > 0 else ""
+
+
+def routing_messages(env: str, goal: str, menu: Sequence[TalentView], observation: str = "") -> list[dict]:
+    """The routing prompt: the task, what the router sees of the first observation (``routing_view``), the menu."""
     lines = [f"{t.shown}: {escape_data(t.name)} — {escape_data(t.when_to_apply)}" for t in menu]
-    user = f"Task: {goal}\nChoose a strategy:\n" + "\n".join(lines) + "\nReply with <talent>ID</talent>."
+    seen = f"Obs: {observation}\n" if observation else ""
+    user = f"Task: {goal}\n{seen}Choose a strategy:\n" + "\n".join(lines) + "\nReply with <talent>ID</talent>."
     return [{"role": "system", "content": RULES[env]}, {"role": "user", "content": user}]
 
 
@@ -187,11 +207,8 @@ def execution_messages(ctx: ExecContext) -> list[dict]:
     parts = [f"Task: {ctx.goal}"]
     if ctx.skills:
         parts.append("Skills:\n" + "\n".join(f"- [{s.kind}] {escape_data(s.title)}: {escape_data(s.principle)}" for s in ctx.skills))
-    goal = " ".join(ctx.goal.split())
-
-    def obs_text(o: str, n: int) -> str:  # the goal is already shown once: do not repeat it (intro observations)
-        o = " ".join(o.split())
-        return _cut(o.replace(goal, "").strip() if goal else o, n)
+    def obs_text(o: str, n: int) -> str:
+        return observation_text(o, ctx.goal, n)
 
     if ctx.actions:
         parts.append("Actions so far: " + "; ".join(ctx.actions))

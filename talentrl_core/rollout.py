@@ -38,6 +38,7 @@ from .prompts import (
     menu_choice,
     parse_talent,
     routing_messages,
+    routing_view,
 )
 from .trajectories import Step, Trajectory
 
@@ -201,9 +202,18 @@ class RolloutSettings:
     obs_chars: int = 400
     step_timeout_s: float = 60.0
     invalid_penalty: float = 0.0
+    routing_obs_chars: int = 0
+    "Characters of the first observation the router sees (``env.routing_obs_chars``)."
     run_id: str = ""
     split: str = ""
     checkpoint: str = ""
+
+    @classmethod
+    def of(cls, env_cfg, **kw) -> "RolloutSettings":
+        """The settings an ``EnvConfig`` gives (step budget, prompt view, timeouts), plus ``kw`` (run_id, split, …)."""
+        return cls(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
+                   step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
+                   routing_obs_chars=env_cfg.routing_obs_chars, **kw)
 
 
 def action_completions(env_name: str, admissible: Optional[list[str]]) -> Optional[list[str]]:
@@ -296,7 +306,8 @@ class _EpisodeRunner:
         elif spec.routing == "policy":
             menu = kn.menu(task.env)
             if menu:
-                slot.routing_msgs = routing_messages(task.env, slot.traj.goal, menu)
+                seen = routing_view(slot.traj.goal, slot.obs, settings.routing_obs_chars)
+                slot.routing_msgs = routing_messages(task.env, slot.traj.goal, menu, seen)
                 return  # resolved in the batched routing call
         self.set_talent(slot, talent)
 

@@ -22,7 +22,8 @@ from typing import Optional, Sequence
 
 from .config import ModelConfig, SFTConfig
 from .io import atomic_dir, disk_full_named, remove_orphans, write_json
-from .prompts import CHAT_TEMPLATE_KWARGS, ExecContext, execution_messages, format_action, format_talent, routing_messages, shown_id
+from .prompts import (CHAT_TEMPLATE_KWARGS, ExecContext, execution_messages, format_action, format_talent, routing_messages,
+                      routing_view, shown_id)
 from .rl.seeding import derive_seed
 from .rollout import Knowledge, action_completions
 from .trajectories import Trajectory
@@ -102,6 +103,7 @@ def build_sft_data(
     history: int = 2,
     obs_chars: int = 400,
     enforce: bool = True,
+    routing_obs_chars: int = 0,
 ) -> SFTData:
     samples: list[dict] = []
     labels: Counter = Counter()
@@ -117,7 +119,8 @@ def build_sft_data(
         route_to = routing_label(knowledge, t)
         if cfg.include_routing and route_to and menu and t.task_id not in routed:  # one routing sample per task
             routed.add(t.task_id)
-            msgs = routing_messages(t.env, t.goal, menu) + [{"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
+            seen = routing_view(t.goal, t.initial_observation, routing_obs_chars)
+            msgs = routing_messages(t.env, t.goal, menu, seen) + [{"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
             samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": []})
         flat = rendered_flat(t, cfg.flat_share, cfg.seed)
         n_flat += flat

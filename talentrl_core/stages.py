@@ -30,9 +30,7 @@ def _uid(*parts) -> str:
 
 
 def rollout_settings(cfg: TalentRLConfig, run_id: str, split: str, checkpoint: str = "") -> RolloutSettings:
-    e = cfg.env
-    return RolloutSettings(max_steps=e.max_steps, history=e.history, obs_chars=e.obs_chars, step_timeout_s=e.step_timeout_s,
-                           invalid_penalty=e.invalid_penalty, run_id=run_id, split=split, checkpoint=checkpoint)
+    return RolloutSettings.of(cfg.env, run_id=run_id, split=split, checkpoint=checkpoint)
 
 
 def family_for(cfg: TalentRLConfig):
@@ -199,7 +197,8 @@ def sft(cfg: TalentRLConfig) -> dict:
     knowledge = require_library(open_knowledge(cfg.library), cfg)
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
-    data = build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars)
+    data = build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars,
+                          routing_obs_chars=cfg.env.routing_obs_chars)
     with _tracker(cfg, "sft") as tracker:
         info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model,
                          meta={"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name},

@@ -330,3 +330,94 @@ def test_listing_a_quadrant_family_compiles_none_of_the_seeds_it_drops(headings)
     assert len(uncompiled) >= len(games) - 1 and all(g.with_suffix(ROUTE_SUFFIX).is_file() for g in uncompiled)
     spec = GameSpec("tw-coin_collector", "level=4,quadrant=ne,route=hint", dropped[0])
     assert route_of(headings.cache_dir, spec) == walkthrough_route(generate_game(headings.cache_dir, spec))
+
+
+@pytest.fixture(scope="module")
+def forks(session_cache) -> TextWorldFamily:
+    """tw-fork (envs/textworld_maps.py): a corridor north to a fork, the side told only by the start room's sign."""
+    cfg = EnvConfig(challenges=["tw-fork_east:route=hidden", "tw-fork_west:route=hidden"], train_seeds=[1, 4],
+                    max_steps=5, history=1, routing_obs_chars=200)
+    fam = TextWorldFamily(cfg, session_cache)
+    fam.prepare(fam.tasks("train"), workers=1, progress=False)
+    return fam
+
+
+def test_a_fork_tells_its_side_only_in_the_first_room(forks):
+    from talentrl_core.envs.textworld_maps import fork_commands, sign
+
+    env = forks.make()
+    tasks = forks.tasks("train")
+    assert {t.task_type for t in tasks} == {"tw-fork_east-hidden", "tw-fork_west-hidden"} and len(tasks) == 8
+    names = set()
+    for t in tasks:
+        side = "east" if "east" in t.task_type else "west"
+        first = env.reset(t)
+        assert env.walkthrough() == fork_commands(2, side)
+        assert sign(side) in first and not {"east", "west"} & set(env.goal().lower().replace(".", " ").split())
+        names.add(first.split("-= ")[1].split(" =-")[0])
+        for _ in range(2):
+            obs = env.step("go north").observation
+        assert "sign" not in obs.lower() and {"go east", "go west"} <= set(env.admissible_actions())
+    assert len(names) > 2  # room names are drawn per seed
+    env.close()
+
+
+def test_headings_take_their_own_side_of_the_fork_and_lose_the_other(forks):
+    from talentrl_core.envs.strategies import play
+
+    env = forks.make()
+    for t in forks.tasks("train"):
+        east = "east" in t.task_type
+        ne, nw = play(env, t, "northeast", max_steps=5), play(env, t, "northwest", max_steps=5)
+        assert (ne.won, nw.won) == (east, not east)
+        assert len((ne if east else nw).actions) == 4
+        assert play(env, t, "northeast", max_steps=5).actions == ne.actions  # deterministic
+    # a memoryless heading on the wrong side walks between the fork and the dead end until the step cap
+    wrong = play(env, forks.tasks("train")[0], "northwest", max_steps=12)
+    assert not wrong.won and not wrong.gave_up and len(wrong.actions) == 12
+    env.close()
+
+
+def test_the_router_sees_the_first_observation_when_asked(forks, knowledge, runs):
+    """env.routing_obs_chars puts the first observation (without the repeated goal) into the routing prompt, the same
+    text in the rollout's routing call and in SFT's routing sample; 0 keeps the goal-only prompt."""
+    from talentrl_core.envs.textworld_maps import sign
+    from talentrl_core.prompts import routing_view
+    from talentrl_core.rl.static_knowledge import StaticKnowledge
+    from talentrl_core.rollout import RandomPolicy
+
+    bank = {"talents": {"textworld": [
+        {"talent_id": "T1", "name": "northeast", "when_to_apply": "east", "strategy": "take east", "skill_ids": []},
+        {"talent_id": "T2", "name": "northwest", "when_to_apply": "west", "strategy": "take west", "skill_ids": []}]}}
+
+    class Recording(RandomPolicy):
+        seen: list = []
+
+        def complete(self, items):
+            self.seen += [it.messages for it in items if it.kind == "route"]
+            return super().complete(items)
+
+    tasks = forks.tasks("train")[:1] + forks.tasks("train")[-1:]
+    settings = RolloutSettings.of(forks.cfg, run_id="r")
+    policy = Recording(0)
+    trajs = run_episodes(forks.make, [EpisodeSpec(t, routing="policy") for t in tasks], policy, settings,
+                         StaticKnowledge.from_dict(bank), progress=False)
+    for t, msgs in zip(trajs, policy.seen):
+        user = msgs[-1]["content"]
+        seen = routing_view(t.goal, t.initial_observation, 200)
+        assert f"Obs: {seen}\n" in user and sign("east" if "east" in t.task_type else "west") in seen
+        assert t.goal not in seen and len(seen) <= 200
+    policy.seen.clear()
+    run_episodes(forks.make, [EpisodeSpec(tasks[0], routing="policy")], policy, dataclasses.replace(settings, routing_obs_chars=0),
+                 StaticKnowledge.from_dict(bank), progress=False)
+    assert "Obs:" not in policy.seen[0][-1]["content"]
+    # SFT's routing samples: the same view of each trajectory's first observation
+    k, _ = knowledge
+    cfg = SFTConfig(min_skill_share=0.0)
+    plain, seeing = build_sft_data(runs, k, cfg), build_sft_data(runs, k, cfg, routing_obs_chars=120)
+    first = {t.task_id: t for t in runs}
+    for a, b in zip([s for s in plain.samples if s["kind"] == "route"], [s for s in seeing.samples if s["kind"] == "route"]):
+        t = first[b["task_id"]]
+        view = routing_view(t.goal, t.initial_observation, 120)
+        assert view and "Obs:" not in a["messages"][-2]["content"]
+        assert b["messages"][-2]["content"] == a["messages"][-2]["content"].replace("\nChoose a strategy:", f"\nObs: {view}\nChoose a strategy:")

@@ -87,20 +87,21 @@ class Played:
     "The strategy returned None before the episode ended (it does not apply to this task, or is stuck)."
 
 
-def play(env, task, name: str, require_admissible: bool = False) -> Played:
+def play(env, task, name: str, require_admissible: bool = False, max_steps: int = 200) -> Played:
     """Reset ``env`` to ``task`` and let the strategy ``name`` act (``env.strategy_action``) until the episode ends.
 
     ``env`` is any environment with ``reset``, ``step`` and ``strategy_action`` (TextWorld, ALFWorld), kept open by
     the caller so that one loaded game serves several strategies. ``require_admissible``: a ValueError names a
-    command the strategy chose that the game did not list as admissible at that step.
+    command the strategy chose that the game did not list as admissible at that step. ``max_steps``: a strategy
+    still walking after that many steps (a memoryless one oscillating between two rooms) has lost the episode.
     """
     env.reset(task)
     actions: list[str] = []
-    while (action := env.strategy_action(name)) is not None:
+    while len(actions) < max_steps and (action := env.strategy_action(name)) is not None:
         if require_admissible and action not in env.admissible_actions():
             raise ValueError(f"strategy {name!r} chose {action!r}, not admissible at step {len(actions) + 1}")
         actions.append(action)
         res = env.step(action)
         if res.done:
             return Played(actions, bool(res.won), False)
-    return Played(actions, False, True)
+    return Played(actions, False, len(actions) < max_steps)

@@ -46,10 +46,12 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 from talentrl_core.config import EnvConfig
 from talentrl_core.envs.base import StepResult, Task
 from talentrl_core.envs.strategies import EpisodeView, get_strategy
+from talentrl_core.envs.textworld_maps import MAPS
 from talentrl_core.envs.textworld_strategies import HEADINGS, REVERSE, hide_route, hint_route, quadrant_of
 
 FAMILY = "textworld"
-CHALLENGES = ("tw-coin_collector", "tw-treasure_hunter", "tw-simple", "tw-cooking")
+CHALLENGES = ("tw-coin_collector", "tw-treasure_hunter", "tw-simple", "tw-cooking") + tuple(MAPS)
+"TextWorld's generated challenges, then the hand-built maps of ``textworld_maps``."
 SPLITS = ("train", "eval")
 _SAFE = re.compile(r"^[A-Za-z0-9_.=,-]+$")
 _TRUE = {"1", "true", "yes", "on"}
@@ -131,17 +133,24 @@ def _is_flag_name(key: str) -> bool:
     return key in {"open", "cook", "cut", "drop", "test"}
 
 
+def challenge_entry(challenge: str) -> tuple[str, Callable, Callable]:
+    """(description, make, add_arguments) of a challenge: one of ``textworld_maps.MAPS`` or TextWorld's own."""
+    import textworld.challenges
+
+    if challenge in MAPS:
+        return MAPS[challenge]
+    if challenge not in textworld.challenges.CHALLENGES:
+        raise ValueError(f"unknown TextWorld challenge {challenge!r}; choose from {sorted(set(textworld.challenges.CHALLENGES) | set(MAPS))}")
+    return textworld.challenges.CHALLENGES[challenge]
+
+
 def parse_settings(challenge: str, settings: str) -> dict[str, Any]:
     """Turn ``"level=5"`` into the settings mapping the challenge's ``make`` expects.
 
     Parsed with the challenge's own argument parser, so types, choices and defaults are TextWorld's.
     Raises ValueError naming the challenge and what is wrong.
     """
-    import textworld.challenges
-
-    if challenge not in textworld.challenges.CHALLENGES:
-        raise ValueError(f"unknown TextWorld challenge {challenge!r}; choose from {sorted(textworld.challenges.CHALLENGES)}")
-    _, _, add_arguments = textworld.challenges.CHALLENGES[challenge]
+    _, _, add_arguments = challenge_entry(challenge)
     settings, _ = split_settings(settings)
 
     class _Parser(argparse.ArgumentParser):
@@ -355,11 +364,10 @@ def generate_game(cache_dir: str | os.PathLike, spec: GameSpec) -> Path:
     if is_generated(dest):
         return dest
     import textworld
-    import textworld.challenges
     from textworld.generator import compile_game
 
     settings = parse_settings(spec.challenge, spec.settings)
-    _, make, _ = textworld.challenges.CHALLENGES[spec.challenge]
+    _, make, _ = challenge_entry(spec.challenge)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{spec.seed}.", suffix=".tmp", dir=dest.parent))
     try:
@@ -406,9 +414,8 @@ def route_of(cache_dir: str | os.PathLike, spec: GameSpec) -> list[str]:
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise RuntimeError(f"TextWorld route file {marker} is unreadable ({e}); delete it to rebuild") from e
     import textworld
-    import textworld.challenges
 
-    _, make, _ = textworld.challenges.CHALLENGES[spec.challenge]
+    _, make, _ = challenge_entry(spec.challenge)
     options = textworld.GameOptions()
     options.seeds = int(spec.seed)
     with _home(_scratch_home()), _quiet_jericho(), _memoised_knowledge_base(), _walkthrough_without_compile():

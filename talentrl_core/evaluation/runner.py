@@ -150,9 +150,7 @@ def open_panel(cfg: TalentRLConfig, panel: str, progress: bool):
     tasks = family.tasks(split, cfg.eval.panel_size(panel), cfg.eval.seed)
     if hasattr(family, "prepare"):
         family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=progress)
-    settings = RolloutSettings(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
-                               step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
-                               run_id=f"eval-{panel}", split=split)
+    settings = RolloutSettings.of(env_cfg, run_id=f"eval-{panel}", split=split)
     return family, tasks, settings
 
 

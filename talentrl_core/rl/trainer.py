@@ -75,7 +75,7 @@ from ..config import Backend, Decoding, TalentRLConfig
 from ..envs.base import Task
 from ..io import atomic_dir, disk_full_named, read_json, remove_orphans, write_json
 from ..workdir import JOB_FILE, claim, record_job, set_aside
-from ..prompts import format_talent, routing_messages
+from ..prompts import format_talent, routing_messages, routing_view
 from ..precision import autocast, resolve_compute_dtype
 from ..rollout import EpisodeSpec, Knowledge, LLMPolicy, RolloutSettings, run_episodes
 from ..tracking import NullTracker, redact
@@ -209,9 +209,7 @@ class RLTrainer:
         # The generator keeps the last (max_context - max_new_tokens) prompt tokens: samples must too.
         self.keep = gen.max_context - cfg.model.max_new_tokens if isinstance(gen, TransformersGenerator) else None
         self.policy = LLMPolicy(gen, self.tok, cfg.model.max_new_tokens, cfg.model.temperature, constrained, name="rl")
-        self.settings = RolloutSettings(max_steps=cfg.env.max_steps, history=cfg.env.history, obs_chars=cfg.env.obs_chars,
-                                        step_timeout_s=cfg.env.step_timeout_s, invalid_penalty=cfg.env.invalid_penalty,
-                                        run_id=f"rl-{cfg.experiment}", split=self.rl.split, checkpoint=self.init_checkpoint)
+        self.settings = RolloutSettings.of(cfg.env, run_id=f"rl-{cfg.experiment}", split=self.rl.split, checkpoint=self.init_checkpoint)
         self.initial_library_version = getattr(knowledge, "version", None)
         self.flat = self.rl.flat_baseline
         self.n_arms = 1 if self.flat else self.rl.n_arms
@@ -221,7 +219,7 @@ class RLTrainer:
         if not self.pool:
             raise ValueError(f"family {family.name} has no {self.rl.split!r} tasks")
         self._goal_env = None
-        self._goals: dict[str, str] = {}
+        self._goals: dict[str, tuple[str, str]] = {}
         self.history: list[dict] = []
         self.start_step = 0
         self.resumed_from: Optional[str] = None
@@ -262,12 +260,14 @@ class RLTrainer:
             self.family.prepare([t for _, t in mine], workers=1, progress=False)
         return mine
 
-    def _goal(self, task: Task) -> str:
+    def _goal(self, task: Task) -> tuple[str, str]:
+        """(goal, what the router sees of the first observation) of ``task``, read once from a reset."""
         if task.task_id not in self._goals:
             if self._goal_env is None:
                 self._goal_env = self.family.make()
-            self._goal_env.reset(task)
-            self._goals[task.task_id] = self._goal_env.goal()
+            first = self._goal_env.reset(task)
+            goal = self._goal_env.goal()
+            self._goals[task.task_id] = (goal, routing_view(goal, first, self.settings.routing_obs_chars))
         return self._goals[task.task_id]
 
     # -- 2. route ------------------------------------------------------------------------------------------
@@ -284,7 +284,7 @@ class RLTrainer:
             return groups
         candidates: list[Sample] = []
         for gr in groups:
-            gr.goal = self._goal(gr.task)
+            gr.goal, seen = self._goal(gr.task)
             menu = self.knowledge.menu(gr.task.env)
             if len(menu) < self.n_talent_arms:
                 raise ValueError(
@@ -293,7 +293,7 @@ class RLTrainer:
                     "or train the flat baseline (rl.flat_baseline=true)"
                 )
             gr.menu_ids = [t.talent_id for t in menu]
-            prompt = chat_prompt_ids(self.tok, routing_messages(gr.task.env, gr.goal, menu), self.keep)
+            prompt = chat_prompt_ids(self.tok, routing_messages(gr.task.env, gr.goal, menu, seen), self.keep)
             allowed = [format_talent(t.shown) for t in menu]
             for t in menu:
                 candidates.append(Sample("route", prompt, completion_ids_of(self.tok, format_talent(t.shown)), [], allowed, gr.index))

@@ -72,7 +72,7 @@ CASES = [
     ("+foo=1", "unknown config key 'foo'"),
     ("+sft.max_stepz=3", "unknown config key 'sft.max_stepz'"),
     ("++rl.stepz=3", "unknown config key 'rl.stepz'"),
-    ("experiment=nope", "unknown choice 'nope' for config group 'experiment'; choices: cpu_full, demo, gpu"),
+    ("experiment=nope", "unknown choice 'nope' for config group 'experiment'; choices: cpu_full, demo, fork, gpu, webshop"),
     ("env=nope", "unknown choice 'nope' for config group 'env'"),
     ("sft.lr=fast", "sft.lr"),
 ]

@@ -57,8 +57,8 @@ def routing_prompts(cfg):
         label, menu = routing_label(knowledge, t), knowledge.menu(t.env)
         if label and menu:
             seen.add(t.task_id)
-            seen = routing_view(t.goal, t.initial_observation, cfg.env.routing_obs_chars)
-            rows.append((t.task_type, label, routing_messages(t.env, t.goal, menu, seen), menu))
+            view = routing_view(t.goal, t.initial_observation, cfg.env.routing_obs_chars)
+            rows.append((t.task_type, label, routing_messages(t.env, t.goal, menu, view), menu))
     return rows
 
 

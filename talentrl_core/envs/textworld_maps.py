@@ -19,6 +19,8 @@ import argparse
 import random
 from typing import Any, Callable, Mapping
 
+from .textworld_strategies import REVERSE
+
 ROOM_NAMES = (
     "atrium", "pantry", "attic", "cellar", "gallery", "study", "workshop", "scullery", "parlour", "vestibule",
     "library", "chapel", "armoury", "larder", "solarium", "nursery", "conservatory", "boudoir", "lounge", "vault",
@@ -49,7 +51,7 @@ def _fork_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _make_fork(side: str) -> Callable[[Mapping[str, Any], Any], Any]:
-    other = {"east": "west", "west": "east"}[side]
+    other = REVERSE[side]
 
     def make(settings: Mapping[str, Any], options) -> Any:
         from textworld import GameMaker

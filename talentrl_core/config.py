@@ -371,6 +371,11 @@ class SFTConfig:
     ("How often each routing sample is drawn per epoch (execution samples: once). There is one routing sample per "
      "task against several execution steps per trajectory, and the route is an association the executor's data does "
      "not teach; a mixing weight, as in dataset interleaving.")
+    routing_warmup_steps: int = 0
+    ("The first N steps train on routing samples only, then on the weighted mix (a curriculum phase). Where the "
+     "executor's data teach that what the router must read does not matter (the fork's sign: docs/talents.md §13), "
+     "SFT on the mix leaves the router blank (routing weight 2, 4 and 8 measured); a router learned first survives "
+     "the mix.")
     skip_forced: bool = False
     ("Leave out execution samples whose step offered one command (besides look/inventory): constrained decoding takes "
      "such a step without asking the policy. On the demo it made the executor worse (hidden-route success 0.32 -> 0.18; "
@@ -385,9 +390,12 @@ class SFTConfig:
     def __post_init__(self) -> None:
         check_ranges("sft", self, max_steps=_AT_LEAST_1, lr=_POSITIVE, batch_size=_AT_LEAST_1, warmup_steps=_NON_NEGATIVE,
                      save_steps=_AT_LEAST_1, keep_checkpoints=_NON_NEGATIVE, max_minutes=_NON_NEGATIVE, weight_decay=_NON_NEGATIVE, grad_accum=_AT_LEAST_1,
-                     routing_weight=_AT_LEAST_1,
+                     routing_weight=_AT_LEAST_1, routing_warmup_steps=_NON_NEGATIVE,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
+        if self.routing_warmup_steps and (self.routing_warmup_steps >= self.max_steps or not self.include_routing):
+            raise ValueError(f"sft.routing_warmup_steps={self.routing_warmup_steps} needs sft.include_routing=true and "
+                             f"fewer steps than sft.max_steps={self.max_steps} (the rest train the executor)")
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
             raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="
                              f"{self.micro_batch_size}: set sft.micro_batch_size to a divisor of it")

@@ -220,11 +220,14 @@ def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
 
 
 def length_sorted_order(lengths: Sequence[int], per_step: int, steps: int, seed: int,
-                        repeats: Optional[Sequence[int]] = None) -> list[int]:
+                        repeats: Optional[Sequence[int]] = None, first: int = 0,
+                        first_rows: Optional[Sequence[int]] = None) -> list[int]:
     """Row order for ``steps`` optimizer steps of ``per_step`` rows: every step draws its rows at random (seeded
     epochs of permutations, as a shuffling sampler would), then sorts them by length, so the step's micro-batches
     hold similar lengths and pad little. The rows of a step, hence its gradient, are those of a random batch.
     ``repeats[i]`` (default 1) is how often row i comes in one epoch: a mixing weight, as in dataset interleaving.
+    The first ``first`` steps draw from ``first_rows`` only (their own seeded epochs: a curriculum phase, e.g.
+    ``sft.routing_warmup_steps``), the rest from all rows.
 
     Grouping by length *across* steps instead (transformers' LengthGroupedSampler) made batches of one sample
     kind and task type and broke learning on the demo (greedy success 0/200 vs 0.125; measured).
@@ -233,20 +236,25 @@ def length_sorted_order(lengths: Sequence[int], per_step: int, steps: int, seed:
     [2, 0, 1, 3, 1, 0]
     >>> sorted(length_sorted_order([50, 10], per_step=4, steps=1, seed=0, repeats=[3, 1]))
     [0, 0, 0, 1]
+    >>> length_sorted_order([50, 10, 40, 30], per_step=2, steps=2, seed=0, first=1, first_rows=[3])
+    [3, 3, 2, 0]
     """
     import random
 
     rng = random.Random(seed)
     epoch = [i for i in range(len(lengths)) for _ in range(repeats[i] if repeats is not None else 1)]
-    pool: list[int] = []
+    phases = [(list(first_rows or []), min(first, steps) if first_rows else 0)]
+    phases.append((epoch, steps - phases[0][1]))
     order: list[int] = []
-    for _ in range(steps):
-        while len(pool) < per_step:
-            perm = list(epoch)
-            rng.shuffle(perm)
-            pool += perm
-        step, pool = pool[:per_step], pool[per_step:]
-        order += sorted(step, key=lambda i: (lengths[i], i))
+    for rows, n_steps in phases:
+        pool: list[int] = []
+        for _ in range(n_steps):
+            while len(pool) < per_step:
+                perm = list(rows)
+                rng.shuffle(perm)
+                pool += perm
+            step, pool = pool[:per_step], pool[per_step:]
+            order += sorted(step, key=lambda i: (lengths[i], i))
     return order
 
 
@@ -460,7 +468,9 @@ def train_sft(
     rows = [tokenize_sample(tok, s["messages"], max_length) for s in data.samples]
     per_step = cfg.batch_size * cfg.grad_accum
     repeats = [cfg.routing_weight if smp["kind"] == "route" else 1 for smp in data.samples]
-    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps, cfg.seed, repeats)
+    routes = [i for i, smp in enumerate(data.samples) if smp["kind"] == "route"]
+    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps, cfg.seed, repeats,
+                                first=cfg.routing_warmup_steps, first_rows=routes)
     ds = Dataset.from_list(rows).select(order)
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))

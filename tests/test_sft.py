@@ -114,3 +114,37 @@ def test_long_sample_loses_its_prompt_start_never_its_label(tmp_path, shared_dat
     assert cut["input_ids"] == full["input_ids"][-64:]  # the start goes, as at generation time
     label = [i for i, m in zip(cut["input_ids"], cut["assistant_masks"]) if m]
     assert tok.decode(label) == "<action>go east</action><|im_end|>"
+
+
+def test_routing_warmup_steps_train_routing_samples_first(world, tmp_path, shared_data, monkeypatch):
+    """``sft.routing_warmup_steps``: the first steps' batches hold routing samples only (each drawn once per epoch of
+    them), the later ones the mix; a checkpoint trained that way differs from one trained on the mix throughout."""
+    import talentrl_core.sft as sft_mod
+
+    fam, tasks, trajs, knowledge = world
+    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    kinds = [s["kind"] for s in data.samples]
+    orders = []
+
+    def recorded(*a, **k):
+        orders.append(sft_mod.length_sorted_order.__wrapped__(*a, **k))
+        return orders[-1]
+
+    recorded.__wrapped__ = sft_mod.length_sorted_order
+    monkeypatch.setattr(sft_mod, "length_sorted_order", recorded)
+    base = build_tiny(SMALL, tmp_path / "base", shared_data)
+    cfg = SFTConfig(max_steps=6, lr=3e-3, warmup_steps=0, batch_size=8, save_steps=6, routing_warmup_steps=3)
+    train_sft(data, str(base), tmp_path / "warm", cfg, SMALL)
+    n_route = kinds.count("route")
+    first, rest = orders[0][: 3 * 8], orders[0][3 * 8:]
+    assert {kinds[i] for i in first} == {"route"} and "exec" in {kinds[i] for i in rest} and len(rest) == 3 * 8
+    assert max(first.count(i) for i in set(first)) <= -(-len(first) // n_route)  # epochs: no sample twice before all once
+    import dataclasses
+
+    train_sft(data, str(base), tmp_path / "mix", dataclasses.replace(cfg, routing_warmup_steps=0), SMALL)
+    assert {kinds[i] for i in orders[1][: 3 * 8]} == {"route", "exec"}
+    warm = AutoModelForCausalLM.from_pretrained(str(tmp_path / "warm")).state_dict()
+    mix = AutoModelForCausalLM.from_pretrained(str(tmp_path / "mix")).state_dict()
+    assert any(not torch.equal(warm[k], mix[k]) for k in warm)
+    with pytest.raises(ValueError, match="routing_warmup_steps=6 needs"):
+        SFTConfig(max_steps=6, routing_warmup_steps=6)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import replace
-from typing import Iterable, Optional, Sequence
+from typing import Hashable, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -71,24 +71,31 @@ def cut(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def merge_near_duplicates(skills: Sequence[SkillRecord], vectors: np.ndarray, threshold: float) -> tuple[list[SkillRecord], dict[str, str]]:
+def merge_near_duplicates(skills: Sequence[SkillRecord], vectors: np.ndarray, threshold: float,
+                          procedures: Optional[Sequence[Hashable]] = None) -> tuple[list[SkillRecord], dict[str, str]]:
     """Greedy merge in the given (rank) order: a skill whose cosine with an already kept skill of the same
     kind exceeds ``threshold`` is folded into it (task types and sources united, text of the kept one).
+    ``procedures[i]`` (the offline distiller's action pattern) must then be equal too: sentence embeddings put
+    "go north, then go east, then take the coin" and "... go west ..." above 0.95, and merging them leaves one
+    skill that tells half the tasks the wrong way (the fork: docs/talents.md §13).
 
     Returns the kept skills (with vectors set) and ``{merged id: kept id}`` for every input id.
     """
     kept: list[SkillRecord] = []
     kept_vecs: list[np.ndarray] = []
     remap: dict[str, str] = {}
-    for s, v in zip(skills, vectors):
+    kept_procs: list = []
+    procs = list(procedures) if procedures is not None else [None] * len(skills)
+    for s, v, proc in zip(skills, vectors, procs):
         target = None
         for j, (k, kv) in enumerate(zip(kept, kept_vecs)):
-            if k.kind == s.kind and float(kv @ v) > threshold:
+            if k.kind == s.kind and kept_procs[j] == proc and float(kv @ v) > threshold:
                 target = j
                 break
         if target is None:
             kept.append(replace(s, vector=[float(x) for x in v]))
             kept_vecs.append(np.asarray(v, dtype=np.float32))
+            kept_procs.append(proc)
             remap[s.skill_id] = s.skill_id
         else:
             k = kept[target]

@@ -390,6 +390,24 @@ def build_talents(
     return talents, traj_labels, report
 
 
+def procedure(pattern: Pattern) -> Pattern:
+    """What a pattern tells the agent to do, without how often: repetition marks dropped, runs collapsed. Skills
+    merge as near-duplicates only when this is equal (``common.merge_near_duplicates``).
+
+    >>> procedure(("go north" + SAME_REPEATED, "go east", "take {obj}")) == procedure(("go north", "go east", "take {obj}"))
+    True
+    >>> procedure(("go north", "go east")) == procedure(("go north", "go west"))
+    False
+    """
+    out: list[str] = []
+    for tok in pattern:
+        for mark in (SAME_REPEATED, REPEATED):
+            tok = tok.removesuffix(mark)
+        if not out or out[-1] != tok:
+            out.append(tok)
+    return tuple(out)
+
+
 # ---------------------------------------------------------------------------------------------- entry
 
 
@@ -413,7 +431,7 @@ def distill_offline(trajectories: Sequence[Trajectory], cfg: LibraryConfig, env:
     raw = [render_skill(env, m, instead) for m in mined]
     pattern_of = {s.skill_id: m.pattern for s, m in zip(raw, mined)}
     vecs = embedder.encode([s.text() for s in raw]) if raw else np.zeros((0, 1), np.float32)
-    skills, remap = merge_near_duplicates(raw, vecs, cfg.dedup_threshold)
+    skills, remap = merge_near_duplicates(raw, vecs, cfg.dedup_threshold, [procedure(m.pattern) for m in mined])
     patterns: dict[str, set[Pattern]] = {}
     for old, new in remap.items():
         patterns.setdefault(new, set()).add(pattern_of[old])

@@ -54,6 +54,7 @@ CASES = [
     ("library.teacher_retries=0", "library.teacher_retries"),
     ("sft.batch_size=0", "sft.batch_size=0"),
     ("sft.micro_batch_size=3", "sft.micro_batch_size=3"),
+    ("sft.routing_warmup_steps=5000", "sft.routing_warmup_steps=5000 needs"),
     ("sft.warmup_steps=-1", "sft.warmup_steps=-1"),
     ("sft.weight_decay=-1", "sft.weight_decay=-1"),
     ("sft.max_length=0", "sft.max_length=0"),

@@ -243,10 +243,9 @@ def length_sorted_order(lengths: Sequence[int], per_step: int, steps: int, seed:
 
     rng = random.Random(seed)
     epoch = [i for i in range(len(lengths)) for _ in range(repeats[i] if repeats is not None else 1)]
-    phases = [(list(first_rows or []), min(first, steps) if first_rows else 0)]
-    phases.append((epoch, steps - phases[0][1]))
+    n_first = min(first, steps) if first_rows else 0
     order: list[int] = []
-    for rows, n_steps in phases:
+    for rows, n_steps in ((list(first_rows or ()), n_first), (epoch, steps - n_first)):
         pool: list[int] = []
         for _ in range(n_steps):
             while len(pool) < per_step:

@@ -44,7 +44,7 @@ from .cluster import choose_clusters
 from .common import MAX_SOURCES, cut, goal_of, kind_counts, merge_near_duplicates, oracle_labels, usable
 from .embed import TextEncoder
 from .schema import KIND_PREFIX, LabelRecord, SkillRecord, TalentRecord, content_id
-from .templates import INVALID, REPEATED, SAME_REPEATED, coarsen, render_steps, render_token, short_verb, trajectory_tokens, type_label
+from .templates import INVALID, SAME_REPEATED, coarsen, render_steps, render_token, short_verb, trajectory_tokens, type_label, unmarked
 
 Pattern = tuple[str, ...]
 CLOSED_TOLERANCE = 0.05
@@ -285,14 +285,14 @@ def _verb_name(pattern: Pattern) -> str:
     words: list[str] = []
     explored = False
     for tok in pattern:
-        base = tok.removesuffix(SAME_REPEATED).removesuffix(REPEATED)
+        base = unmarked(tok)
         if base == INVALID:
             continue
         verb = base.split()[0]
         if verb in _NAV_VERBS:
             explored = explored or verb == "go"
             continue
-        w = verb.capitalize() + ("×n" if tok.endswith(REPEATED) or tok.endswith(SAME_REPEATED) else "")
+        w = verb.capitalize() + ("×n" if tok != base else "")
         if not words or words[-1] != w:
             words.append(w)
     if explored and len(words) <= 1:
@@ -400,9 +400,7 @@ def procedure(pattern: Pattern) -> Pattern:
     False
     """
     out: list[str] = []
-    for tok in pattern:
-        for mark in (SAME_REPEATED, REPEATED):
-            tok = tok.removesuffix(mark)
+    for tok in map(unmarked, pattern):
         if not out or out[-1] != tok:
             out.append(tok)
     return tuple(out)

@@ -154,13 +154,22 @@ def collapse(templates: Sequence[str], concrete: Sequence[str], mark: bool = Tru
     return tokens, conc
 
 
+def unmarked(token: str) -> str:
+    """``token`` without its run mark (``collapse``'s ``[repeated]`` / ``[same command repeated]``).
+
+    >>> unmarked("go north [same command repeated]"), unmarked("go to {recep} [repeated]"), unmarked("take {obj}")
+    ('go north', 'go to {recep}', 'take {obj}')
+    """
+    return token.removesuffix(SAME_REPEATED).removesuffix(REPEATED)
+
+
 def coarsen(token: str) -> str:
     """The back-off level used in mining: run marks dropped, a compass move becomes ``go {dir}``.
 
     >>> coarsen("go east"), coarsen("go to {recep} [repeated]"), coarsen("look [same command repeated]")
     ('go {dir}', 'go to {recep}', 'look')
     """
-    token = token.removesuffix(SAME_REPEATED).removesuffix(REPEATED)
+    token = unmarked(token)
     w = token.split()
     return "go {dir}" if len(w) == 2 and w[0] == "go" and w[1] in DIRECTIONS else token
 

@@ -376,6 +376,12 @@ class SFTConfig:
      "executor's data teach that what the router must read does not matter (the fork's sign: docs/talents.md §13), "
      "SFT on the mix leaves the router blank (routing weight 2, 4 and 8 measured); a router learned first survives "
      "the mix.")
+    routing_warmup_until: float = 0.0
+    ("End the warm-up early once, for every routing label, this share of its routing samples is predicted exactly "
+     "(teacher-forced; checked every routing_warmup_check_every steps); routing_warmup_steps is then the cap. 0: a "
+     "fixed warm-up. How many steps the router needs is a draw (fork: under 50 on SFT seed 0, over 60 on seed 1).")
+    routing_warmup_check_every: int = 10
+    "Steps between routing-accuracy checks of the warm-up (with routing_warmup_until > 0)."
     skip_forced: bool = False
     ("Leave out execution samples whose step offered one command (besides look/inventory): constrained decoding takes "
      "such a step without asking the policy. On the demo it made the executor worse (hidden-route success 0.32 -> 0.18; "
@@ -391,11 +397,16 @@ class SFTConfig:
         check_ranges("sft", self, max_steps=_AT_LEAST_1, lr=_POSITIVE, batch_size=_AT_LEAST_1, warmup_steps=_NON_NEGATIVE,
                      save_steps=_AT_LEAST_1, keep_checkpoints=_NON_NEGATIVE, max_minutes=_NON_NEGATIVE, weight_decay=_NON_NEGATIVE, grad_accum=_AT_LEAST_1,
                      routing_weight=_AT_LEAST_1, routing_warmup_steps=_NON_NEGATIVE,
+                     routing_warmup_until=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
+                     routing_warmup_check_every=_AT_LEAST_1,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
         if self.routing_warmup_steps and (self.routing_warmup_steps >= self.max_steps or not self.include_routing):
             raise ValueError(f"sft.routing_warmup_steps={self.routing_warmup_steps} needs sft.include_routing=true and "
                              f"fewer steps than sft.max_steps={self.max_steps} (the rest train the executor)")
+        if self.routing_warmup_until and not self.routing_warmup_steps:
+            raise ValueError(f"sft.routing_warmup_until={self.routing_warmup_until} needs sft.routing_warmup_steps > 0 "
+                             "(the cap of the warm-up it ends early)")
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
             raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="
                              f"{self.micro_batch_size}: set sft.micro_batch_size to a divisor of it")

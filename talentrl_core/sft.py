@@ -257,6 +257,37 @@ def length_sorted_order(lengths: Sequence[int], per_step: int, steps: int, seed:
     return order
 
 
+def training_order(data: SFTData, rows: list[dict], cfg: SFTConfig):
+    """(the tokenised rows as a ``datasets.Dataset`` in training order, the warm-up gate or None).
+
+    With ``sft.routing_warmup_until`` the order covers the cap's routing-only steps and then ``max_steps`` steps of
+    the mix, read through the gate (``routing_warmup.WarmupSampler``); its first ``max_steps`` steps are the order
+    of a fixed warm-up of the cap's length."""
+    from datasets import Dataset
+
+    per_step = cfg.batch_size * cfg.grad_accum
+    repeats = [cfg.routing_weight if smp["kind"] == "route" else 1 for smp in data.samples]
+    routes = [i for i, smp in enumerate(data.samples) if smp["kind"] == "route"]
+    gated = bool(cfg.routing_warmup_until and cfg.routing_warmup_steps)
+    steps = cfg.max_steps + (cfg.routing_warmup_steps if gated else 0)
+    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, steps, cfg.seed, repeats,
+                                first=cfg.routing_warmup_steps, first_rows=routes)
+    gate = None
+    if gated:
+        from .routing_warmup import WarmupGate
+
+        gate = WarmupGate(cfg.routing_warmup_steps, per_step, cfg.routing_warmup_until, cfg.routing_warmup_check_every,
+                          [rows[i] for i in routes], cfg.seed)
+    return Dataset.from_list(rows).select(order), gate
+
+
+def warmup_report(history: list[dict], gate, cfg: SFTConfig) -> dict:
+    """How the routing warm-up went: its length in steps, whether a check ended it, and each check's accuracy."""
+    checks = {h["step"]: h["routing_warmup_accuracy"] for h in history if "routing_warmup_accuracy" in h}
+    return {"steps": gate.end if gate is not None else cfg.routing_warmup_steps,
+            "ended_by_check": bool(gate is not None and gate.passed), "checks": checks}
+
+
 STAGING = ".staging-"
 "Prefix of the folder a checkpoint is written into before it is renamed to ``checkpoint-<step>``."
 
@@ -448,7 +479,6 @@ def train_sft(
     rate, grad norm and token accuracy as ``sft/*``.
     """
     import torch
-    from datasets import Dataset
     from trl import SFTConfig as TRLSFTConfig  # noqa: N814
     from trl import SFTTrainer
 
@@ -465,18 +495,20 @@ def train_sft(
         model = get_peft_model(model, LoraConfig(r=model_cfg.lora_r, lora_alpha=2 * model_cfg.lora_r, task_type="CAUSAL_LM", target_modules="all-linear"))
     max_length = min(cfg.max_length, getattr(model.config, "max_position_embeddings", cfg.max_length))
     rows = [tokenize_sample(tok, s["messages"], max_length) for s in data.samples]
-    per_step = cfg.batch_size * cfg.grad_accum
-    repeats = [cfg.routing_weight if smp["kind"] == "route" else 1 for smp in data.samples]
-    routes = [i for i, smp in enumerate(data.samples) if smp["kind"] == "route"]
-    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps, cfg.seed, repeats,
-                                first=cfg.routing_warmup_steps, first_rows=routes)
-    ds = Dataset.from_list(rows).select(order)
+    ds, gate = training_order(data, rows, cfg)
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
+    trainer_cls = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))
+    callbacks = [wall_clock(cfg.max_minutes), to_tracker(tracker)]
+    if gate is not None:
+        from .routing_warmup import WarmupSampler, gate_callback, with_sampler
 
-    trainer = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))(model=model, args=args, train_dataset=ds, processing_class=tok,
-                                                     callbacks=[wall_clock(cfg.max_minutes), to_tracker(tracker)])
+        trainer_cls = with_sampler(trainer_cls, WarmupSampler(gate, cfg.max_steps * cfg.batch_size * cfg.grad_accum))
+        callbacks.append(gate_callback(gate, tracker))
+    trainer = trainer_cls(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=callbacks)
     resume = last_complete_checkpoint(work) if cfg.resume else None
+    if gate is not None:
+        gate.restore(resume)
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -493,6 +525,7 @@ def train_sft(
         "seconds": time.time() - t0,
         "resumed": bool(resume),
         "resumed_from": str(resume) if resume else None,
+        "routing_warmup": warmup_report(trainer.state.log_history, gate, cfg),
         "data_report": data.report,
         **(meta or {}),
     }

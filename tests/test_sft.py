@@ -148,3 +148,81 @@ def test_routing_warmup_steps_train_routing_samples_first(world, tmp_path, share
     assert any(not torch.equal(warm[k], mix[k]) for k in warm)
     with pytest.raises(ValueError, match="routing_warmup_steps=6 needs"):
         SFTConfig(max_steps=6, routing_warmup_steps=6)
+
+
+def test_routing_warmup_until_ends_the_warmup_on_a_passing_check(world, tmp_path, shared_data, monkeypatch):
+    """``sft.routing_warmup_until``: the warm-up runs routing samples until a check passes (here scripted: the second
+    check), one more step, then the mix from its start; the end is in the trainer's log and the model's meta."""
+    import talentrl_core.routing_warmup as rw
+
+    fam, tasks, trajs, knowledge = world
+    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    kinds = [s["kind"] for s in data.samples]
+    scripted = iter([0.25, 1.0])
+    monkeypatch.setattr(rw, "label_accuracy", lambda model, rows: {"min": next(scripted), "by_label": {}})
+    drawn = []
+    real_iter = rw.WarmupSampler.__iter__
+
+    def recorded(self):
+        for i in real_iter(self):
+            drawn.append(i)
+            yield i
+
+    monkeypatch.setattr(rw.WarmupSampler, "__iter__", recorded)
+    base = build_tiny(SMALL, tmp_path / "base", shared_data)
+    cfg = SFTConfig(max_steps=9, lr=3e-3, warmup_steps=0, batch_size=4, micro_batch_size=2, save_steps=9,
+                    routing_warmup_steps=6, routing_warmup_until=0.9, routing_warmup_check_every=2)
+    info = train_sft(data, str(base), tmp_path / "gated", cfg, SMALL)
+    assert info["routing_warmup"] == {"steps": 5, "ended_by_check": True, "checks": {2: 0.25, 4: 1.0}}
+    from talentrl_core.sft import length_sorted_order, tokenize_sample
+    from talentrl_core.models import load_model
+
+    _, tok = load_model(str(base))
+    lengths = [len(tokenize_sample(tok, s["messages"], 1024)["input_ids"]) for s in data.samples]
+    order = length_sorted_order(lengths, 4, 6 + 9, cfg.seed, [1 if k == "exec" else cfg.routing_weight for k in kinds],
+                                first=6, first_rows=[i for i, k in enumerate(kinds) if k == "route"])
+    assert drawn == list(range(5 * 4)) + list(range(6 * 4, 10 * 4))  # 5 warm-up steps, then the mix's first 4
+    rows = [order[p] for p in drawn]  # the dataset holds the samples in that order
+    assert {kinds[i] for i in rows[: 5 * 4]} == {"route"} and "exec" in {kinds[i] for i in rows[5 * 4:]}
+    with pytest.raises(ValueError, match="routing_warmup_until=0.9 needs sft.routing_warmup_steps > 0"):
+        SFTConfig(max_steps=6, routing_warmup_until=0.9)
+
+
+def test_routing_warmup_check_scores_labels_teacher_forced(tmp_path, shared_data):
+    """A row whose label is the model's own top token at every label position scores 1; one wrong token scores 0 for
+    that label; ``min`` is the worst label's share."""
+    from talentrl_core.models import load_model
+    from talentrl_core.routing_warmup import label_accuracy
+
+    model, tok = load_model(build_tiny(SMALL, tmp_path / "base", shared_data))
+    prompt = tok("Task: find the coin. Talents: T1 T2. Choose:")["input_ids"]
+    ids = list(prompt)
+    with torch.no_grad():
+        for _ in range(3):  # the model's own greedy continuation
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    own = {"input_ids": ids, "assistant_masks": [0] * len(prompt) + [1] * 3}
+    wrong = {"input_ids": ids[:-1] + [(ids[-1] + 1) % SMALL.vocab_size], "assistant_masks": own["assistant_masks"]}
+    got = label_accuracy(model, [own, own, wrong])
+    assert sorted(got["by_label"].values()) == [0.0, 1.0] and got["min"] == 0.0
+    assert label_accuracy(model, [own])["min"] == 1.0
+
+
+def test_routing_warmup_end_is_read_back_from_a_checkpoint(tmp_path):
+    """A resumed run reads the warm-up's end from the checkpoint's trainer state (before it ended: the cap); a
+    trainer state that cannot be read is named."""
+    from talentrl_core.routing_warmup import WarmupGate
+
+    ck = tmp_path / "checkpoint-8"
+    ck.mkdir()
+    (ck / "trainer_state.json").write_text(json.dumps({"log_history": [
+        {"step": 4, "routing_warmup_accuracy": 0.5}, {"step": 6, "routing_warmup_accuracy": 0.97, "routing_warmup_end": 7}]}))
+    gate = WarmupGate(cap=20, per_step=4, until=0.9, every=2, rows=[])
+    gate.restore(ck)
+    assert (gate.end, gate.passed) == (7, True) and gate.position(27) == 27 and gate.position(28) == 28 + 13 * 4
+    (ck / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 4, "routing_warmup_accuracy": 0.5}]}))
+    fresh = WarmupGate(cap=20, per_step=4, until=0.9, every=2, rows=[])
+    fresh.restore(ck)
+    assert (fresh.end, fresh.passed) == (20, False)
+    (ck / "trainer_state.json").write_text("{not json")
+    with pytest.raises(ValueError, match="checkpoint-8/trainer_state.json: cannot read"):
+        fresh.restore(ck)

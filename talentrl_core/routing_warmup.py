@@ -25,6 +25,8 @@ from typing import Optional, Sequence
 
 from torch.utils.data import Sampler
 
+from .workdir import say
+
 CHECK_ROWS_PER_LABEL = 32
 "Routing samples scored per label at a check (a seeded choice, the same at every check)."
 
@@ -134,9 +136,12 @@ def gate_callback(gate: WarmupGate, tracker=None):
                 return
             acc = label_accuracy(model, gate.checks)
             entry = {"step": k, "routing_warmup_accuracy": round(acc["min"], 4)}
+            verdict = f"below {gate.until}: the warm-up goes on (cap {gate.cap})"
             if acc["min"] >= gate.until:
                 gate.end, gate.passed = k + 1, True
                 entry["routing_warmup_end"] = gate.end
+                verdict = f">= {gate.until}: the warm-up ends after step {gate.end}"
+            say(f"sft: routing check at step {k}: {acc['min']:.3f} of the worst label's routing samples right, {verdict}")
             state.log_history.append(entry)
             if tracker is not None:
                 tracker.log({f"sft/{n}": v for n, v in entry.items() if n != "step"}, step=k)

@@ -116,6 +116,32 @@ def test_near_duplicates_merge_only_the_same_procedure(tmp_path):
     assert len(titles) == len(set(titles))
 
 
+def test_talents_link_the_mistakes_of_the_tasks_they_solve(tmp_path):
+    """An offline talent links each mistake seen in the task types of its own trajectories, weighted by their share;
+    retrieval under the talent then ranks its own pitfalls first, not one mistake for every talent (the fork's
+    "instead … go west" under the Northeast talent: docs/talents.md §14)."""
+    from collections import Counter
+
+    trajs = alfworld_trajectories()
+    distill_library(trajs, cfg_at(tmp_path, min_support=0.2), "alfworld", embedder=HashingEmbedder())
+    lib = Library.open(str(tmp_path / "db"), embedder=HashingEmbedder())
+    mistakes = {s.skill_id: s for s in lib.skills("alfworld", kind="mistake")}
+    type_of = {t.traj_uid: t.task_type for t in trajs}
+    linked_any = False
+    for talent in lib.talents("alfworld"):
+        types = Counter(type_of[l.traj_uid] for l in lib.labels("alfworld") if l.kind == "traj" and l.talent_id == talent.talent_id)
+        n = sum(types.values())
+        for m in mistakes.values():
+            share = sum(c for tt, c in types.items() if tt in m.task_types) / n
+            w = talent.weights().get(m.skill_id)
+            if share >= 0.2:
+                assert w == pytest.approx(share, abs=1e-5), (talent.name, m.title)
+                linked_any = True
+            else:
+                assert w is None, (talent.name, m.title)
+    assert mistakes and linked_any
+
+
 def _weak_heat(split="train"):
     """Training rollouts where heat tasks mostly fail (placing without heating)."""
     trajs = [t for t in alfworld_trajectories(n_success=1, n_failure=3, split=split) if t.task_type == "pick_heat_then_place_in_recep"]

@@ -333,6 +333,7 @@ def build_talents(
     main_pattern: dict[str, Pattern], cfg: LibraryConfig,
 ) -> tuple[list[TalentRecord], list[LabelRecord], dict]:
     feat_skills = sorted((s for s in skills if s.kind != "mistake"), key=lambda s: s.skill_id)
+    mistakes = sorted((s for s in skills if s.kind == "mistake"), key=lambda s: s.skill_id)
     succ = sorted((f for f in feats if f.traj.success), key=lambda f: (f.traj.task_type, f.traj.traj_uid))
     if not feat_skills or not succ:
         return [], [], {"k": 0, "criterion": "no successful trajectories or no skills"}
@@ -374,6 +375,7 @@ def build_talents(
         by_id = {s.skill_id: s for s in feat_skills}
         order = sorted(links, key=lambda kv: (by_id[kv[0]].kind != "specific", -kv[1], kv[0]))[:3]
         steps = "; ".join(f"{n}) {render_steps(main_pattern[sid])}" for n, (sid, _) in enumerate(order, 1))
+        links = sorted(links + mistake_links(types, mistakes, cfg.min_support), key=lambda kv: (-kv[1], kv[0]))
         strategy = f"Typical order of work: {steps}."
         shares = ", ".join(f"{type_label(t)} ({n} runs)" for t, n in dom[:3])
         goal = goal_of(first.traj)
@@ -388,6 +390,27 @@ def build_talents(
             traj_labels.append(LabelRecord(env=env, task_type=t.task_type, talent_id=tid, kind="traj", traj_uid=t.traj_uid, task_id=t.task_id))
     report["n_clustered"] = int(rows.size)
     return talents, traj_labels, report
+
+
+def mistake_links(types: Counter, mistakes: Sequence[SkillRecord], min_support: float) -> list[tuple[str, float]]:
+    """A talent's links to the pitfalls of the tasks it solves: each mistake weighted by the share of the talent's
+    trajectories whose task type the mistake was seen in, kept from ``min_support``. Without them every talent
+    retrieved the same mistake by goal similarity, whose "instead: …" could contradict the talent (the fork: "instead
+    … go west" under the Northeast talent too; docs/talents.md §14).
+
+    >>> from collections import Counter
+    >>> m = [SkillRecord(skill_id="M-e", env="tw", kind="mistake", task_types=["east"], title="", principle=""),
+    ...      SkillRecord(skill_id="M-w", env="tw", kind="mistake", task_types=["west"], title="", principle="")]
+    >>> mistake_links(Counter({"east": 9, "west": 1}), m, 0.2)
+    [('M-e', 0.9)]
+    """
+    n = sum(types.values())
+    out = []
+    for m in mistakes:
+        w = sum(c for t, c in types.items() if t in m.task_types) / n if n else 0.0
+        if w >= min_support:
+            out.append((m.skill_id, round(w, 6)))
+    return out
 
 
 def procedure(pattern: Pattern) -> Pattern:

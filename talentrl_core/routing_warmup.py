@@ -37,8 +37,12 @@ class WarmupGate:
     def __init__(self, cap: int, per_step: int, until: float, every: int, rows: Sequence[dict], seed: int = 0):
         self.cap, self.per_step, self.until, self.every = cap, per_step, until, every
         self.end = cap
-        self.passed = False
         self.checks = check_rows(rows, seed)
+
+    @property
+    def passed(self) -> bool:
+        """Whether a check ended the warm-up (checks run only where ending it leaves steps before the cap)."""
+        return self.end < self.cap
 
     def position(self, p: int) -> int:
         """Dataset row read at sample position ``p`` (positions past the warm-up skip its unused steps)."""
@@ -48,7 +52,7 @@ class WarmupGate:
         """The end a resumed run's checkpoint recorded (none: the warm-up had not ended by then)."""
         end = recorded_end(checkpoint) if checkpoint else None
         if end is not None:
-            self.end, self.passed = end, True
+            self.end = end
 
 
 class WarmupSampler(Sampler):
@@ -138,7 +142,7 @@ def gate_callback(gate: WarmupGate, tracker=None):
             entry = {"step": k, "routing_warmup_accuracy": round(acc["min"], 4)}
             verdict = f"below {gate.until}: the warm-up goes on (cap {gate.cap})"
             if acc["min"] >= gate.until:
-                gate.end, gate.passed = k + 1, True
+                gate.end = k + 1
                 entry["routing_warmup_end"] = gate.end
                 verdict = f">= {gate.until}: the warm-up ends after step {gate.end}"
             say(f"sft: routing check at step {k}: {acc['min']:.3f} of the worst label's routing samples right, {verdict}")

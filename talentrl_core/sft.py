@@ -268,7 +268,7 @@ def training_order(data: SFTData, rows: list[dict], cfg: SFTConfig):
     per_step = cfg.batch_size * cfg.grad_accum
     repeats = [cfg.routing_weight if smp["kind"] == "route" else 1 for smp in data.samples]
     routes = [i for i, smp in enumerate(data.samples) if smp["kind"] == "route"]
-    gated = bool(cfg.routing_warmup_until and cfg.routing_warmup_steps)
+    gated = bool(cfg.routing_warmup_until)  # the config refuses it without routing_warmup_steps (the cap)
     steps = cfg.max_steps + (cfg.routing_warmup_steps if gated else 0)
     order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, steps, cfg.seed, repeats,
                                 first=cfg.routing_warmup_steps, first_rows=routes)
@@ -503,7 +503,7 @@ def train_sft(
     if gate is not None:
         from .routing_warmup import WarmupSampler, gate_callback, with_sampler
 
-        trainer_cls = with_sampler(trainer_cls, WarmupSampler(gate, cfg.max_steps * cfg.batch_size * cfg.grad_accum))
+        trainer_cls = with_sampler(trainer_cls, WarmupSampler(gate, cfg.max_steps * gate.per_step))
         callbacks.append(gate_callback(gate, tracker))
     trainer = trainer_cls(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=callbacks)
     resume = last_complete_checkpoint(work) if cfg.resume else None

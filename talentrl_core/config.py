@@ -337,7 +337,7 @@ class CollectConfig:
 @dataclass
 class SFTConfig:
     max_steps: int = 200
-    "Optimizer steps."
+    "Optimizer steps on the sample mix (a routing warm-up, routing_warmup_steps, comes on top)."
     max_minutes: float = 0.0
     "Stop after this many wall-clock minutes (0: no limit); the schedule decays by steps."
     lr: float = 3e-3
@@ -372,10 +372,10 @@ class SFTConfig:
      "task against several execution steps per trajectory, and the route is an association the executor's data does "
      "not teach; a mixing weight, as in dataset interleaving.")
     routing_warmup_steps: int = 0
-    ("The first N steps train on routing samples only, then on the weighted mix (a curriculum phase). Where the "
-     "executor's data teach that what the router must read does not matter (the fork's sign: docs/talents.md §13), "
-     "SFT on the mix leaves the router blank (routing weight 2, 4 and 8 measured); a router learned first survives "
-     "the mix.")
+    ("N steps on routing samples only before the max_steps steps of the weighted mix (a curriculum phase; the "
+     "learning rate holds its peak through it and decays over the mix). Where the executor's data teach that what "
+     "the router must read does not matter (the fork's sign: docs/talents.md §13), SFT on the mix leaves the router "
+     "blank (routing weight 2, 4 and 8 measured); a router learned first survives the mix.")
     routing_warmup_until: float = 0.0
     ("End the warm-up early once, for every routing label, this share of its routing samples is predicted exactly "
      "(teacher-forced; checked every routing_warmup_check_every steps); routing_warmup_steps is then the cap. 0: a "
@@ -401,9 +401,9 @@ class SFTConfig:
                      routing_warmup_check_every=_AT_LEAST_1,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
-        if self.routing_warmup_steps and (self.routing_warmup_steps >= self.max_steps or not self.include_routing):
-            raise ValueError(f"sft.routing_warmup_steps={self.routing_warmup_steps} needs sft.include_routing=true and "
-                             f"fewer steps than sft.max_steps={self.max_steps} (the rest train the executor)")
+        if self.routing_warmup_steps and not self.include_routing:
+            raise ValueError(f"sft.routing_warmup_steps={self.routing_warmup_steps} needs sft.include_routing=true "
+                             "(the warm-up trains on routing samples)")
         if self.routing_warmup_until and not self.routing_warmup_steps:
             raise ValueError(f"sft.routing_warmup_until={self.routing_warmup_until} needs sft.routing_warmup_steps > 0 "
                              "(the cap of the warm-up it ends early)")

@@ -258,34 +258,32 @@ def length_sorted_order(lengths: Sequence[int], per_step: int, steps: int, seed:
 
 
 def training_order(data: SFTData, rows: list[dict], cfg: SFTConfig):
-    """(the tokenised rows as a ``datasets.Dataset`` in training order, the warm-up gate or None).
+    """(the tokenised rows as a ``datasets.Dataset`` in training order, the routing warm-up's gate or None).
 
-    With ``sft.routing_warmup_until`` the order covers the cap's routing-only steps and then ``max_steps`` steps of
-    the mix, read through the gate (``routing_warmup.WarmupSampler``); its first ``max_steps`` steps are the order
-    of a fixed warm-up of the cap's length."""
+    With ``sft.routing_warmup_steps`` the order covers the warm-up's routing-only steps (its cap, with
+    ``sft.routing_warmup_until``) and then ``max_steps`` steps of the mix, read through the gate
+    (``routing_warmup.WarmupSampler``)."""
     from datasets import Dataset
 
     per_step = cfg.batch_size * cfg.grad_accum
     repeats = [cfg.routing_weight if smp["kind"] == "route" else 1 for smp in data.samples]
     routes = [i for i, smp in enumerate(data.samples) if smp["kind"] == "route"]
-    gated = bool(cfg.routing_warmup_until)  # the config refuses it without routing_warmup_steps (the cap)
-    steps = cfg.max_steps + (cfg.routing_warmup_steps if gated else 0)
-    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, steps, cfg.seed, repeats,
-                                first=cfg.routing_warmup_steps, first_rows=routes)
+    order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps + cfg.routing_warmup_steps,
+                                cfg.seed, repeats, first=cfg.routing_warmup_steps, first_rows=routes)
     gate = None
-    if gated:
+    if cfg.routing_warmup_steps:
         from .routing_warmup import WarmupGate
 
-        gate = WarmupGate(cfg.routing_warmup_steps, per_step, cfg.routing_warmup_until, cfg.routing_warmup_check_every,
-                          [rows[i] for i in routes], cfg.seed)
+        gate = WarmupGate(cfg.routing_warmup_steps, cfg.max_steps, per_step, cfg.routing_warmup_until,
+                          cfg.routing_warmup_check_every, [rows[i] for i in routes], cfg.seed)
     return Dataset.from_list(rows).select(order), gate
 
 
 def warmup_report(history: list[dict], gate, cfg: SFTConfig) -> dict:
     """How the routing warm-up went: its length in steps, whether a check ended it, and each check's accuracy."""
     checks = {h["step"]: h["routing_warmup_accuracy"] for h in history if "routing_warmup_accuracy" in h}
-    return {"steps": gate.end if gate is not None else cfg.routing_warmup_steps,
-            "ended_by_check": bool(gate is not None and gate.passed), "checks": checks}
+    return {"steps": gate.end if gate is not None else 0, "ended_by_check": bool(gate is not None and gate.passed),
+            "checks": checks}
 
 
 STAGING = ".staging-"
@@ -407,7 +405,7 @@ def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length
     """Keyword arguments of TRL's ``SFTConfig`` for this run."""
     return dict(
         output_dir=str(work),
-        max_steps=cfg.max_steps,
+        max_steps=cfg.max_steps + cfg.routing_warmup_steps,  # at most: a gated warm-up stops the run sooner
         learning_rate=cfg.lr,
         warmup_steps=cfg.warmup_steps,
         lr_scheduler_type="linear",
@@ -501,9 +499,9 @@ def train_sft(
     trainer_cls = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))
     callbacks = [wall_clock(cfg.max_minutes), to_tracker(tracker)]
     if gate is not None:
-        from .routing_warmup import WarmupSampler, gate_callback, with_sampler
+        from .routing_warmup import gate_callback, gated_trainer
 
-        trainer_cls = with_sampler(trainer_cls, WarmupSampler(gate, cfg.max_steps * gate.per_step))
+        trainer_cls = gated_trainer(trainer_cls, gate, cfg.warmup_steps)
         callbacks.append(gate_callback(gate, tracker))
     trainer = trainer_cls(model=model, args=args, train_dataset=ds, processing_class=tok, callbacks=callbacks)
     resume = last_complete_checkpoint(work) if cfg.resume else None

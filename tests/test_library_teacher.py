@@ -215,6 +215,35 @@ def test_local_generator_callable(tmp_path):
     assert len(calls) == 4
 
 
+def test_teacher_talents_link_the_mistakes_of_the_tasks_they_solve(tmp_path):
+    """A teacher that links its talents to general skills only: each talent also gets the mistakes of the task types
+    of the trajectories labelled with it, weighted by their share (as offline talents: docs/talents.md §14)."""
+    def generate(messages):
+        user = messages[-1]["content"]
+        if "TALENTS" in user:
+            general = re.findall(r"^(G-[0-9a-f]{8}) \[", user, re.M)
+            return json.dumps({"talents": [
+                {"name": name, "strategy": advice, "when_to_apply": "any task", "skills": [{"id": i, "weight": 1.0} for i in general]}
+                for name, advice in _ADVICE]})
+        return json.dumps(_skills(_kind(user).lower(), 1))
+
+    generate.model_id = "local:test"
+    cfg = LibraryConfig(uri=str(tmp_path / "db"), embedder="hashing", min_support=0.2)
+    trajs = alfworld_trajectories(n_success=2, n_failure=1)
+    distill_library(trajs, cfg, "alfworld", embedder=HashingEmbedder(), generator=generate)
+    lib = Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder())
+    mistakes = lib.skills("alfworld", kind="mistake")
+    type_of = {t.traj_uid: t.task_type for t in trajs}
+    linked = 0
+    for talent in lib.talents("alfworld"):
+        types = Counter(type_of[l.traj_uid] for l in lib.labels("alfworld") if l.kind == "traj" and l.talent_id == talent.talent_id)
+        for m in mistakes:
+            share = sum(c for tt, c in types.items() if tt in m.task_types) / max(1, sum(types.values()))
+            assert talent.weights().get(m.skill_id) == (pytest.approx(share, abs=1e-5) if share >= 0.2 else None)
+            linked += share >= 0.2
+    assert mistakes and linked
+
+
 def test_a_teacher_with_no_usable_answer_commits_nothing(tmp_path):
     """Unusable JSON on every prompt: no empty library version becomes the latest; the error says so."""
     def garbage(messages):

@@ -118,7 +118,8 @@ def test_long_sample_loses_its_prompt_start_never_its_label(tmp_path, shared_dat
 
 def test_routing_warmup_steps_train_routing_samples_first(world, tmp_path, shared_data, monkeypatch):
     """``sft.routing_warmup_steps``: the first steps' batches hold routing samples only (each drawn once per epoch of
-    them), the later ones the mix; a checkpoint trained that way differs from one trained on the mix throughout."""
+    them), then ``max_steps`` steps of the mix; a checkpoint trained that way differs from one trained on the mix
+    only; the routing warm-up needs routing samples."""
     import talentrl_core.sft as sft_mod
 
     fam, tasks, trajs, knowledge = world
@@ -134,10 +135,11 @@ def test_routing_warmup_steps_train_routing_samples_first(world, tmp_path, share
     monkeypatch.setattr(sft_mod, "length_sorted_order", recorded)
     base = build_tiny(SMALL, tmp_path / "base", shared_data)
     cfg = SFTConfig(max_steps=6, lr=3e-3, warmup_steps=0, batch_size=8, save_steps=6, routing_warmup_steps=3)
-    train_sft(data, str(base), tmp_path / "warm", cfg, SMALL)
+    info = train_sft(data, str(base), tmp_path / "warm", cfg, SMALL)
+    assert info["steps"] == 3 + 6 and info["routing_warmup"] == {"steps": 3, "ended_by_check": False, "checks": {}}
     n_route = kinds.count("route")
     first, rest = orders[0][: 3 * 8], orders[0][3 * 8:]
-    assert {kinds[i] for i in first} == {"route"} and "exec" in {kinds[i] for i in rest} and len(rest) == 3 * 8
+    assert {kinds[i] for i in first} == {"route"} and "exec" in {kinds[i] for i in rest} and len(rest) == 6 * 8
     assert max(first.count(i) for i in set(first)) <= -(-len(first) // n_route)  # epochs: no sample twice before all once
     import dataclasses
 
@@ -146,13 +148,14 @@ def test_routing_warmup_steps_train_routing_samples_first(world, tmp_path, share
     warm = AutoModelForCausalLM.from_pretrained(str(tmp_path / "warm")).state_dict()
     mix = AutoModelForCausalLM.from_pretrained(str(tmp_path / "mix")).state_dict()
     assert any(not torch.equal(warm[k], mix[k]) for k in warm)
-    with pytest.raises(ValueError, match="routing_warmup_steps=6 needs"):
-        SFTConfig(max_steps=6, routing_warmup_steps=6)
+    with pytest.raises(ValueError, match="routing_warmup_steps=6 needs sft.include_routing=true"):
+        SFTConfig(max_steps=6, routing_warmup_steps=6, include_routing=False)
 
 
 def test_routing_warmup_until_ends_the_warmup_on_a_passing_check(world, tmp_path, shared_data, monkeypatch):
     """``sft.routing_warmup_until``: the warm-up runs routing samples until a check passes (here scripted: the second
-    check), one more step, then the mix from its start; the end is in the trainer's log and the model's meta."""
+    check), one more step, then ``max_steps`` steps of the mix from its start, the learning rate held through the
+    warm-up and decayed to zero over the mix; the end is in the trainer's log and the model's meta."""
     import talentrl_core.routing_warmup as rw
 
     fam, tasks, trajs, knowledge = world
@@ -174,6 +177,10 @@ def test_routing_warmup_until_ends_the_warmup_on_a_passing_check(world, tmp_path
                     routing_warmup_steps=6, routing_warmup_until=0.9, routing_warmup_check_every=2)
     info = train_sft(data, str(base), tmp_path / "gated", cfg, SMALL)
     assert info["routing_warmup"] == {"steps": 5, "ended_by_check": True, "checks": {2: 0.25, 4: 1.0}}
+    assert info["steps"] == 5 + 9
+    state = json.loads((tmp_path / "gated.work" / "checkpoint-14" / "trainer_state.json").read_text())
+    lrs = [h["learning_rate"] for h in state["log_history"] if "learning_rate" in h]  # one per step
+    assert lrs == pytest.approx([3e-3] * 5 + [3e-3 * (9 - j) / 9 for j in range(9)])  # the peak, then linear to 0
     from talentrl_core.sft import length_sorted_order, tokenize_sample
     from talentrl_core.models import load_model
 
@@ -181,7 +188,7 @@ def test_routing_warmup_until_ends_the_warmup_on_a_passing_check(world, tmp_path
     lengths = [len(tokenize_sample(tok, s["messages"], 1024)["input_ids"]) for s in data.samples]
     order = length_sorted_order(lengths, 4, 6 + 9, cfg.seed, [1 if k == "exec" else cfg.routing_weight for k in kinds],
                                 first=6, first_rows=[i for i, k in enumerate(kinds) if k == "route"])
-    assert drawn == list(range(5 * 4)) + list(range(6 * 4, 10 * 4))  # 5 warm-up steps, then the mix's first 4
+    assert drawn == list(range(5 * 4)) + list(range(6 * 4, 15 * 4))  # 5 warm-up steps, then the mix's 9
     rows = [order[p] for p in drawn]  # the dataset holds the samples in that order
     assert {kinds[i] for i in rows[: 5 * 4]} == {"route"} and "exec" in {kinds[i] for i in rows[5 * 4:]}
     with pytest.raises(ValueError, match="routing_warmup_until=0.9 needs sft.routing_warmup_steps > 0"):
@@ -216,11 +223,11 @@ def test_routing_warmup_end_is_read_back_from_a_checkpoint(tmp_path):
     ck.mkdir()
     (ck / "trainer_state.json").write_text(json.dumps({"log_history": [
         {"step": 4, "routing_warmup_accuracy": 0.5}, {"step": 6, "routing_warmup_accuracy": 0.97, "routing_warmup_end": 7}]}))
-    gate = WarmupGate(cap=20, per_step=4, until=0.9, every=2, rows=[])
+    gate = WarmupGate(cap=20, mix=30, per_step=4, until=0.9, every=2, rows=[])
     gate.restore(ck)
     assert (gate.end, gate.passed) == (7, True) and gate.position(27) == 27 and gate.position(28) == 28 + 13 * 4
     (ck / "trainer_state.json").write_text(json.dumps({"log_history": [{"step": 4, "routing_warmup_accuracy": 0.5}]}))
-    fresh = WarmupGate(cap=20, per_step=4, until=0.9, every=2, rows=[])
+    fresh = WarmupGate(cap=20, mix=30, per_step=4, until=0.9, every=2, rows=[])
     fresh.restore(ck)
     assert (fresh.end, fresh.passed) == (20, False)
     (ck / "trainer_state.json").write_text("{not json")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Annotated, Callable, Optional, Sequence
 
 import numpy as np
@@ -26,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 from ..config import LibraryConfig
 from ..trajectories import Trajectory
 from .common import MAX_SOURCES, cut, goal_of, kind_counts, merge_near_duplicates, oracle_labels, usable
-from .distill_offline import DistillResult
+from .distill_offline import DistillResult, mistake_links
 from .embed import TextEncoder, default_cache_dir
 from .schema import KIND_PREFIX, LabelRecord, SkillRecord, TalentRecord, content_id
 from .teacher_client import OpenAIChat, ResponseCache, Teacher
@@ -218,45 +219,17 @@ def distill_teacher(
     skills, _ = merge_near_duplicates(raw, vecs, cfg.dedup_threshold)
     # 4. talents over the final skill ids
     talents: list[TalentRecord] = []
-    dropped_links = dropped_talents = 0
+    dropped = (0, 0)
     if skills:
         ans = teacher.ask(talents_prompt(env, skills, types), lambda s: TalentsAnswer.model_validate(extract_json(s)), "talents")
-        ids = {s.skill_id for s in skills}
-        for it in (ans.talents if ans else []):
-            links: dict[str, float] = {}
-            for l in it.skills:
-                if l.id in ids:
-                    links[l.id] = max(links.get(l.id, 0.0), round(l.weight, 6))
-                else:
-                    dropped_links += 1
-            if not links:
-                dropped_talents += 1
-                continue
-            order = sorted(links.items(), key=lambda kv: (-kv[1], kv[0]))
-            tid = content_id("T", env, it.name, it.strategy)
-            if any(t.talent_id == tid for t in talents):
-                continue
-            talents.append(TalentRecord(
-                talent_id=tid, env=env, name=it.name, strategy=it.strategy, when_to_apply=it.when_to_apply,
-                skill_ids=[k for k, _ in order], skill_weights=[w for _, w in order],
-            ))
-    # routing labels: nearest talent to each successful trajectory's summary
-    traj_labels: list[LabelRecord] = []
-    winners = [t for tt in types for t in succ[tt]]
-    if talents and winners:
-        tv = embedder.encode([t.text() for t in talents])
-        for t, v in zip(talents, tv):
-            t.vector = [float(x) for x in v]
-        qs = [f"{goal_of(t)} {' '.join(trajectory_tokens(env, t.steps, coarse=True)[0])}" for t in winners]
-        cos = embedder.encode(qs) @ tv.T  # (n_success, n_talents)
-        for t, row in zip(winners, cos):
-            best = talents[int(np.lexsort((np.arange(len(talents)), -row))[0])]
-            traj_labels.append(LabelRecord(env=env, task_type=t.task_type, talent_id=best.talent_id, kind="traj", traj_uid=t.traj_uid, task_id=t.task_id))
+        talents, dropped = talents_from(ans, env, {s.skill_id for s in skills})
+    traj_labels = nearest_talent_labels(env, talents, [t for tt in types for t in succ[tt]], embedder)
+    link_own_mistakes(talents, traj_labels, skills, cfg.min_support)
     labels = traj_labels + oracle_labels(env, traj_labels)
     n_succ = report["n_success"]
     report.update({
         "distiller": "teacher",
-        "teacher": {**teacher.report(), "dropped_links": dropped_links, "dropped_talents": dropped_talents},
+        "teacher": {**teacher.report(), "dropped_links": dropped[0], "dropped_talents": dropped[1]},
         "skills": kind_counts(skills, types),
         "dedup_merged": len(raw) - len(skills),
         "n_talents": len(talents),
@@ -264,3 +237,62 @@ def distill_teacher(
         "oracle": {l.task_type: l.talent_id for l in labels if l.kind == "oracle"},
     })
     return DistillResult(skills, talents, labels, report)
+
+
+def talents_from(ans: Optional[TalentsAnswer], env: str, ids: set[str]) -> tuple[list[TalentRecord], tuple[int, int]]:
+    """The teacher's talents with their links to known skill ids (unknown ids dropped, a talent left with none
+    dropped, a repeated talent kept once), and (dropped links, dropped talents)."""
+    talents: list[TalentRecord] = []
+    dropped_links = dropped_talents = 0
+    for it in (ans.talents if ans else []):
+        links: dict[str, float] = {}
+        for l in it.skills:
+            if l.id in ids:
+                links[l.id] = max(links.get(l.id, 0.0), round(l.weight, 6))
+            else:
+                dropped_links += 1
+        if not links:
+            dropped_talents += 1
+            continue
+        order = sorted(links.items(), key=lambda kv: (-kv[1], kv[0]))
+        tid = content_id("T", env, it.name, it.strategy)
+        if any(t.talent_id == tid for t in talents):
+            continue
+        talents.append(TalentRecord(
+            talent_id=tid, env=env, name=it.name, strategy=it.strategy, when_to_apply=it.when_to_apply,
+            skill_ids=[k for k, _ in order], skill_weights=[w for _, w in order],
+        ))
+    return talents, (dropped_links, dropped_talents)
+
+
+def nearest_talent_labels(env: str, talents: list[TalentRecord], winners: Sequence[Trajectory],
+                          embedder: TextEncoder) -> list[LabelRecord]:
+    """Each successful trajectory's routing label: the talent nearest (cosine) to its summary (goal + abstract
+    actions). Sets the talents' vectors."""
+    out: list[LabelRecord] = []
+    if not (talents and winners):
+        return out
+    tv = embedder.encode([t.text() for t in talents])
+    for t, v in zip(talents, tv):
+        t.vector = [float(x) for x in v]
+    qs = [f"{goal_of(t)} {' '.join(trajectory_tokens(env, t.steps, coarse=True)[0])}" for t in winners]
+    cos = embedder.encode(qs) @ tv.T  # (n_success, n_talents)
+    for t, row in zip(winners, cos):
+        best = talents[int(np.lexsort((np.arange(len(talents)), -row))[0])]
+        out.append(LabelRecord(env=env, task_type=t.task_type, talent_id=best.talent_id, kind="traj",
+                               traj_uid=t.traj_uid, task_id=t.task_id))
+    return out
+
+
+def link_own_mistakes(talents: list[TalentRecord], traj_labels: Sequence[LabelRecord], skills: Sequence[SkillRecord],
+                      min_support: float) -> None:
+    """Add to each talent the mistakes of the task types of the trajectories labelled with it, as offline talents
+    link them (``distill_offline.mistake_links``); a mistake the teacher linked keeps the teacher's weight."""
+    mistakes = [s for s in skills if s.kind == "mistake"]
+    for t in talents:
+        types = Counter(l.task_type for l in traj_labels if l.talent_id == t.talent_id)
+        links = dict(zip(t.skill_ids, t.skill_weights))
+        for sid, w in mistake_links(types, mistakes, min_support):
+            links.setdefault(sid, w)
+        order = sorted(links.items(), key=lambda kv: (-kv[1], kv[0]))
+        t.skill_ids, t.skill_weights = [k for k, _ in order], [w for _, w in order]

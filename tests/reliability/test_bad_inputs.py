@@ -54,7 +54,7 @@ CASES = [
     ("library.teacher_retries=0", "library.teacher_retries"),
     ("sft.batch_size=0", "sft.batch_size=0"),
     ("sft.micro_batch_size=3", "sft.micro_batch_size=3"),
-    ("sft.routing_warmup_steps=5000", "sft.routing_warmup_steps=5000 needs"),
+    ("sft.routing_warmup_steps=-5", "sft.routing_warmup_steps=-5"),
     ("sft.routing_warmup_until=0.9", "sft.routing_warmup_until=0.9 needs sft.routing_warmup_steps > 0"),
     ("sft.routing_warmup_until=1.5", "sft.routing_warmup_until=1.5"),
     ("sft.warmup_steps=-1", "sft.warmup_steps=-1"),

@@ -421,3 +421,36 @@ def test_the_router_sees_the_first_observation_when_asked(forks, knowledge, runs
         view = routing_view(t.goal, t.initial_observation, 120)
         assert view and "Obs:" not in a["messages"][-2]["content"]
         assert b["messages"][-2]["content"] == a["messages"][-2]["content"].replace("\nChoose a strategy:", f"\nObs: {view}\nChoose a strategy:")
+
+
+def test_verdicts_name_each_talent_criterion_met_or_not():
+    from talentrl_core.evaluation.talent_effect import verdicts
+
+    def block(success, lo, hi):
+        return {"textworld": {"success": success, "ci95": [lo, hi]}}
+
+    def routing(acc, regret):
+        return {"textworld": {"accuracy": acc, "regret": regret}}
+
+    metrics = {
+        "systems": {"talentrl": block(0.975, 0.943, 0.989), "talent_sft": block(0.915, 0.868, 0.946),
+                    "flat_grpo": block(0.5, 0.43, 0.57)},
+        "paired": {"textworld": {"talentrl vs flat_grpo": {"a_only": 96, "b_only": 0, "p_mcnemar": 1e-20},
+                                 "talent_sft vs flat_skillbank": {"a_only": 3, "b_only": 5, "p_mcnemar": 0.73}}},
+        "talents": {"routing": {"talentrl": routing(0.975, 0.025), "talent_sft": routing(0.915, 0.085)}},
+        "training": {"talentrl": {"divergence_mean": 0.3}},
+    }
+    lines = verdicts(metrics, "textworld")
+
+    def line(prefix):
+        (found,) = [x for x in lines if x.startswith(prefix)]
+        return found
+
+    assert line("- routing accuracy talentrl 0.975 vs talent_sft 0.915, regret 0.025 vs 0.085 — met (criterion: ")
+    # intervals touching (0.943 < 0.946): the non-overlap criterion is missed, and said so
+    assert line("- talentrl 0.975 [0.943, 0.989] vs talent_sft 0.915 [0.868, 0.946] — not met (criterion: talentrl's 95%")
+    assert line("- talentrl vs flat_grpo: 96:0 discordant, p = 0.0000 — met")
+    assert line("- talent_sft vs flat_skillbank: 3:5 discordant, p = 0.7300 — not met")
+    assert line("- TalentRL arm divergence").endswith("0.30 — not met (criterion: ≥ 0.5).")
+    # criteria whose systems or histories are missing give no line
+    assert len(lines) == 5

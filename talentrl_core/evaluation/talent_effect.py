@@ -119,31 +119,86 @@ def _matrix_table(matrix: Mapping[str, Mapping[str, Mapping]]) -> str:
     return md_table(["task type"] + [f"{s} ({label[s]})" for s in strategies], rows)
 
 
-def _verdicts(metrics: Mapping, panel: str) -> list[str]:
-    """The talent criteria of DESIGN.md §3 on this panel, each with its measured figure."""
-    S, paired, training = metrics["systems"], (metrics.get("paired") or {}).get(panel, {}), metrics.get("training") or {}
-    out = []
+def _verdict(ok: bool, what: str, criterion: str) -> str:
+    return f"- {what} — {'met' if ok else 'not met'} (criterion: {criterion})."
+
+
+def _oracle_vs_random(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
     o, r = S.get("oracle_talent", {}).get(panel), S.get("random_talent", {}).get(panel)
     c = paired.get("oracle_talent vs random_talent")
-    if o and r and c:
-        gap = o["success"] - r["success"]
-        ok = gap >= 0.10 and c["p_mcnemar"] < 0.01
-        out.append(f"- oracle vs random talent: {gap:+.3f} success, {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f} "
-                   f"— {'met' if ok else 'not met'} (criterion: ≥ +0.10 with p < 0.01).")
-    c = paired.get("talent_sft vs flat_skillbank")
-    if c:
-        ok = c["a_only"] > c["b_only"] and c["p_mcnemar"] < 0.05
-        out.append(f"- talent_sft vs flat_skillbank: {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f} "
-                   f"— {'met' if ok else 'not met'} (criterion: talent_sft ahead with p < 0.05).")
+    if not (o and r and c):
+        return None
+    gap = o["success"] - r["success"]
+    return _verdict(gap >= 0.10 and c["p_mcnemar"] < 0.01,
+                    f"oracle vs random talent: {gap:+.3f} success, {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f}",
+                    "≥ +0.10 with p < 0.01")
+
+
+def _ahead(pair: str, criterion: str):
+    """A verdict that the pair's first system solved more of the shared tasks, paired p < 0.05."""
+    def verdict(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+        c = paired.get(pair)
+        if not c:
+            return None
+        return _verdict(c["a_only"] > c["b_only"] and c["p_mcnemar"] < 0.05,
+                        f"{pair}: {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f}", criterion)
+    return verdict
+
+
+def _intervals_apart(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+    a, b = S.get("talentrl", {}).get(panel), S.get("talent_sft", {}).get(panel)
+    if not (a and b):
+        return None
+    return _verdict(a["ci95"][0] > b["ci95"][1],
+                    f"talentrl {a['success']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}] vs talent_sft "
+                    f"{b['success']:.3f} [{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}]",
+                    "talentrl's 95% interval above talent_sft's")
+
+
+def _routes_better(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+    routing = tal.get("routing") or {}
+    a, b = (routing.get(s, {}).get(panel) for s in ("talentrl", "talent_sft"))
+    if not (a and b):
+        return None
+    return _verdict(a["accuracy"] > b["accuracy"] and a["regret"] < b["regret"],
+                    f"routing accuracy talentrl {a['accuracy']:.3f} vs talent_sft {b['accuracy']:.3f}, regret "
+                    f"{a['regret']:.3f} vs {b['regret']:.3f}",
+                    "talentrl's accuracy higher and its regret lower")
+
+
+def _divergence(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
     t = training.get("talentrl") or {}
-    if "divergence_mean" in t:
-        ok = t["divergence_mean"] >= 0.5
-        out.append(f"- TalentRL arm divergence (seed-matched rollouts whose actions differ between talent arms): "
-                   f"{t['divergence_mean']:.2f} — {'met' if ok else 'not met'} (criterion: ≥ 0.5).")
-    if "contrast_zero_share" in t:
-        ok = 1 - t["contrast_zero_share"] >= 0.75
-        out.append(f"- routing contrast non-zero in {_pct(1 - t['contrast_zero_share'])} of updates — {'met' if ok else 'not met'} (criterion: ≥ 75%).")
-    return out
+    if "divergence_mean" not in t:
+        return None
+    return _verdict(t["divergence_mean"] >= 0.5, "TalentRL arm divergence (seed-matched rollouts whose actions differ "
+                    f"between talent arms): {t['divergence_mean']:.2f}", "≥ 0.5")
+
+
+def _contrast(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+    t = training.get("talentrl") or {}
+    if "contrast_zero_share" not in t:
+        return None
+    return _verdict(1 - t["contrast_zero_share"] >= 0.75,
+                    f"routing contrast non-zero in {_pct(1 - t['contrast_zero_share'])} of updates", "≥ 75%")
+
+
+VERDICTS = (
+    _oracle_vs_random,
+    _ahead("talent_sft vs flat_skillbank", "talent_sft ahead with p < 0.05"),
+    _divergence,
+    _contrast,
+    _routes_better,
+    _intervals_apart,
+    _ahead("talentrl vs flat_grpo", "talentrl ahead with p < 0.05 on this seed; the issue pools three RL seeds"),
+)
+"The talent criteria of issue 14, in the report's order; each returns its line, or None where its systems did not run."
+
+
+def verdicts(metrics: Mapping, panel: str) -> list[str]:
+    """The talent criteria on this panel, each with its measured figure."""
+    args = (metrics["systems"], (metrics.get("paired") or {}).get(panel, {}), metrics.get("talents") or {},
+            metrics.get("training") or {}, panel)
+    return [line for line in (v(*args) for v in VERDICTS) if line]
 
 
 def talent_section(metrics: Mapping) -> list[str]:
@@ -172,7 +227,7 @@ def talent_section(metrics: Mapping) -> list[str]:
                     f"p < {UNDECIDED}). RL's routing contrasts move a router near its boundary; one sure of every task "
                     "they barely move (docs/talents.md §11).", "",
                     md_table(["system", "accuracy", "regret", "confidence / undecided", "n", "chosen talents per task type"], rows), ""]
-        out += _verdicts(metrics, panel) + [""]
+        out += verdicts(metrics, panel) + [""]
     return out
 
 

@@ -279,7 +279,7 @@ def training_order(data: SFTData, rows: list[dict], cfg: SFTConfig):
     return Dataset.from_list(rows).select(order), gate
 
 
-def warmup_report(history: list[dict], gate, cfg: SFTConfig) -> dict:
+def warmup_report(history: list[dict], gate) -> dict:
     """How the routing warm-up went: its length in steps, whether a check ended it, and each check's accuracy."""
     checks = {h["step"]: h["routing_warmup_accuracy"] for h in history if "routing_warmup_accuracy" in h}
     return {"steps": gate.end if gate is not None else 0, "ended_by_check": bool(gate is not None and gate.passed),
@@ -523,7 +523,7 @@ def train_sft(
         "seconds": time.time() - t0,
         "resumed": bool(resume),
         "resumed_from": str(resume) if resume else None,
-        "routing_warmup": warmup_report(trainer.state.log_history, gate, cfg),
+        "routing_warmup": warmup_report(trainer.state.log_history, gate),
         "data_report": data.report,
         **(meta or {}),
     }

@@ -254,14 +254,12 @@ def talents_from(ans: Optional[TalentsAnswer], env: str, ids: set[str]) -> tuple
         if not links:
             dropped_talents += 1
             continue
-        order = sorted(links.items(), key=lambda kv: (-kv[1], kv[0]))
         tid = content_id("T", env, it.name, it.strategy)
         if any(t.talent_id == tid for t in talents):
             continue
-        talents.append(TalentRecord(
-            talent_id=tid, env=env, name=it.name, strategy=it.strategy, when_to_apply=it.when_to_apply,
-            skill_ids=[k for k, _ in order], skill_weights=[w for _, w in order],
-        ))
+        talent = TalentRecord(talent_id=tid, env=env, name=it.name, strategy=it.strategy, when_to_apply=it.when_to_apply)
+        set_links(talent, links)
+        talents.append(talent)
     return talents, (dropped_links, dropped_talents)
 
 
@@ -294,5 +292,10 @@ def link_own_mistakes(talents: list[TalentRecord], traj_labels: Sequence[LabelRe
         links = dict(zip(t.skill_ids, t.skill_weights))
         for sid, w in mistake_links(types, mistakes, min_support):
             links.setdefault(sid, w)
-        order = sorted(links.items(), key=lambda kv: (-kv[1], kv[0]))
-        t.skill_ids, t.skill_weights = [k for k, _ in order], [w for _, w in order]
+        set_links(t, links)
+
+
+def set_links(talent: TalentRecord, links: dict[str, float]) -> None:
+    """The talent's skill links, heaviest first (ties by id)."""
+    order = sorted(links.items(), key=lambda kv: (-kv[1], kv[0]))
+    talent.skill_ids, talent.skill_weights = [k for k, _ in order], [w for _, w in order]

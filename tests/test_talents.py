@@ -204,7 +204,12 @@ def test_talent_metrics_accuracy_regret_and_section(knowledge):
     rs += [EpisodeResult("talent_sft", "textworld", f"h{i}", HIDDEN, False, 0.0, 5, f, e, route_p=0.6) for i in range(1)]
     rs += [EpisodeResult("oracle_talent", "textworld", f"s{i}", STATED, True, 1.0, 5, f, f) for i in range(3)]
     rs += [EpisodeResult("oracle_talent", "textworld", "h0", HIDDEN, True, 1.0, 5, e, e)]
+    rs += [EpisodeResult("talentrl", "textworld", t, tt, True, 1.0, 5, c, c) for t, tt, c in
+           [("s0", STATED, f), ("s1", STATED, f), ("s2", STATED, e), ("h0", HIDDEN, e)]]
     tm = talent_metrics(rs, {"textworld": matrix})
+    # task by task: talentrl alone routes h0 to its best talent, talent_sft alone s2
+    assert tm["routing_paired"]["textworld"]["talentrl vs talent_sft"] == {"a_only": 1, "b_only": 1, "n": 4,
+                                                                          "p_mcnemar": 1.0}
     r = tm["routing"]["talent_sft"]["textworld"]
     assert r["accuracy"] == 0.75
     # one hidden task routed to follow: regret = explore's hidden success (1.0) - follow's (0.0), over 4 episodes
@@ -437,7 +442,9 @@ def test_verdicts_name_each_talent_criterion_met_or_not():
                     "flat_grpo": block(0.5, 0.43, 0.57)},
         "paired": {"textworld": {"talentrl vs flat_grpo": {"a_only": 96, "b_only": 0, "p_mcnemar": 1e-20},
                                  "talent_sft vs flat_skillbank": {"a_only": 3, "b_only": 5, "p_mcnemar": 0.73}}},
-        "talents": {"routing": {"talentrl": routing(0.975, 0.025), "talent_sft": routing(0.915, 0.085)}},
+        "talents": {"routing": {"talentrl": routing(0.975, 0.025), "talent_sft": routing(0.915, 0.085)},
+                    "routing_paired": {"textworld": {"talentrl vs talent_sft": {"a_only": 12, "b_only": 0, "n": 200,
+                                                                                "p_mcnemar": 0.0005}}}},
         "training": {"talentrl": {"divergence_mean": 0.3}},
     }
     lines = verdicts(metrics, "textworld")
@@ -446,7 +453,8 @@ def test_verdicts_name_each_talent_criterion_met_or_not():
         (found,) = [x for x in lines if x.startswith(prefix)]
         return found
 
-    assert line("- routing accuracy talentrl 0.975 vs talent_sft 0.915, regret 0.025 vs 0.085 — met (criterion: ")
+    assert line("- routing accuracy talentrl 0.975 vs talent_sft 0.915, regret 0.025 vs 0.085; tasks routed to the best "
+                "talent by one only 12:0, p = 0.0005 — met (criterion: ")
     # intervals touching (0.943 < 0.946): the non-overlap criterion is missed, and said so
     assert line("- talentrl 0.975 [0.943, 0.989] vs talent_sft 0.915 [0.868, 0.946] — not met (criterion: talentrl's 95%")
     assert line("- talentrl vs flat_grpo: 96:0 discordant, p = 0.0000 — met")
@@ -454,3 +462,10 @@ def test_verdicts_name_each_talent_criterion_met_or_not():
     assert line("- TalentRL arm divergence").endswith("0.30 — not met (criterion: ≥ 0.5).")
     # criteria whose systems or histories are missing give no line
     assert len(lines) == 5
+    # a router RL left blank is not "better" because a few tasks flipped: higher on aggregate, but not paired
+    metrics["talents"]["routing"] = {"talentrl": routing(0.500, 0.500), "talent_sft": routing(0.485, 0.515)}
+    metrics["talents"]["routing_paired"]["textworld"]["talentrl vs talent_sft"] = {"a_only": 63, "b_only": 60, "n": 200,
+                                                                                  "p_mcnemar": 0.857}
+    lines = verdicts(metrics, "textworld")
+    assert line("- routing accuracy talentrl 0.500 vs talent_sft 0.485").endswith(
+        "63:60, p = 0.8570 — not met (criterion: talentrl's accuracy higher and its regret lower, paired p < 0.05).")

@@ -9,12 +9,14 @@ greedy episodes. Output (``metrics["talents"]``)::
      "ceiling": {PANEL: float},           # the oracle router over the experts: mean best-cell success
      "routing": {SYSTEM: {PANEL: {"accuracy", "regret", "n", "confidence", "undecided",
                                   "by_type": {TYPE: {"accuracy", "regret", "confidence", "undecided",
-                                                     "chosen": {LABEL: count}}}}}}}
+                                                     "chosen": {LABEL: count}}}}}},
+     "routing_paired": {PANEL: {"talentrl vs talent_sft": {"a_only", "b_only", "n", "p_mcnemar"}}}}
 
 *Routing regret* of a routed episode is ``matrix[type][best strategy] − matrix[type][strategy of the chosen
 talent]``: what the choice alone costs when executed as well as the experts do (0 for the best talent). It
 separates routing from execution; the executed gap is ``oracle_talent`` minus the system in the success table.
-*Confidence* is the mean probability the router gave its own choice (episodes' ``route_p``; absent for systems
+*routing_paired* counts, over the tasks both systems routed, those only the first routed to the measured best
+talent (``a_only``) and those only the second did (``b_only``), with the exact McNemar p. *Confidence* is the mean probability the router gave its own choice (episodes' ``route_p``; absent for systems
 whose talent is not the policy's choice), *undecided* the share of choices made with p < ``UNDECIDED``.
 """
 
@@ -27,6 +29,10 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from .markdown import md_table
+from .stats import mcnemar_exact
+
+ROUTING_PAIRS = (("talentrl", "talent_sft"),)
+"Routing systems compared task by task on routing to the measured best talent (``metrics.talents.routing_paired``)."
 
 
 def matrix_from_labels(labels: Iterable[Any], shown: Mapping[str, str]) -> dict[str, dict[str, dict]]:
@@ -88,10 +94,33 @@ def routing_block(episodes: Sequence[Any], matrix: Mapping[str, Mapping[str, Map
     return out
 
 
+def routing_paired(episodes: Sequence[Any], best: Mapping[str, Mapping], a: str, b: str) -> Optional[dict]:
+    """System ``a`` against ``b`` on the tasks both routed: how many only ``a`` (only ``b``) routed to the measured
+    best talent, and the exact McNemar p; None when they share no routed task.
+
+    >>> from types import SimpleNamespace as E
+    >>> best = {"x": {"talent": "t1"}}
+    >>> eps = [E(system=s, task_id=i, task_type="x", chosen_talent=c) for s, i, c in
+    ...        [("a", 1, "t1"), ("b", 1, "t2"), ("a", 2, "t1"), ("b", 2, "t1"), ("a", 3, "t2")]]
+    >>> routing_paired(eps, best, "a", "b")
+    {'a_only': 1, 'b_only': 0, 'n': 2, 'p_mcnemar': 1.0}
+    """
+    right: dict[str, dict] = {a: {}, b: {}}
+    for e in episodes:
+        if e.system in right and e.chosen_talent is not None and e.task_type in best:
+            right[e.system][e.task_id] = e.chosen_talent == best[e.task_type]["talent"]
+    shared = sorted(set(right[a]) & set(right[b]))
+    if not shared:
+        return None
+    a_only = sum(right[a][t] and not right[b][t] for t in shared)
+    b_only = sum(right[b][t] and not right[a][t] for t in shared)
+    return {"a_only": a_only, "b_only": b_only, "n": len(shared), "p_mcnemar": mcnemar_exact(a_only, b_only)}
+
+
 def talent_metrics(results: Iterable[Any], matrices: Mapping[str, Mapping[str, Mapping[str, Mapping]]]) -> dict:
     """``metrics["talents"]`` (module docstring) from greedy results and each panel's matrix."""
     greedy = [r for r in results if r.sample_idx == 0]
-    out: dict[str, Any] = {"matrix": {}, "best": {}, "ceiling": {}, "routing": {}}
+    out: dict[str, Any] = {"matrix": {}, "best": {}, "ceiling": {}, "routing": {}, "routing_paired": {}}
     for panel, matrix in sorted(matrices.items()):
         if not matrix:
             continue
@@ -104,6 +133,11 @@ def talent_metrics(results: Iterable[Any], matrices: Mapping[str, Mapping[str, M
             block = routing_block([r for r in greedy if r.panel == panel and r.system == system], matrix)
             if block is not None:
                 out["routing"].setdefault(system, {})[panel] = block
+        on_panel = [r for r in greedy if r.panel == panel]
+        for a, b in ROUTING_PAIRS:
+            comp = routing_paired(on_panel, best, a, b)
+            if comp is not None:
+                out["routing_paired"].setdefault(panel, {})[f"{a} vs {b}"] = comp
     return out
 
 
@@ -160,10 +194,15 @@ def _routes_better(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping,
     a, b = (routing.get(s, {}).get(panel) for s in ("talentrl", "talent_sft"))
     if not (a and b):
         return None
-    return _verdict(a["accuracy"] > b["accuracy"] and a["regret"] < b["regret"],
-                    f"routing accuracy talentrl {a['accuracy']:.3f} vs talent_sft {b['accuracy']:.3f}, regret "
-                    f"{a['regret']:.3f} vs {b['regret']:.3f}",
-                    "talentrl's accuracy higher and its regret lower")
+    c = (tal.get("routing_paired") or {}).get(panel, {}).get("talentrl vs talent_sft")
+    ok = a["accuracy"] > b["accuracy"] and a["regret"] < b["regret"]
+    what = (f"routing accuracy talentrl {a['accuracy']:.3f} vs talent_sft {b['accuracy']:.3f}, regret "
+            f"{a['regret']:.3f} vs {b['regret']:.3f}")
+    if c is None:  # a metrics.json from before the paired routing counts
+        return _verdict(ok, what, "talentrl's accuracy higher and its regret lower")
+    return _verdict(ok and c["a_only"] > c["b_only"] and c["p_mcnemar"] < 0.05,
+                    f"{what}; tasks routed to the best talent by one only {c['a_only']}:{c['b_only']}, "
+                    f"p = {c['p_mcnemar']:.4f}", "talentrl's accuracy higher and its regret lower, paired p < 0.05")
 
 
 def _divergence(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:

@@ -16,8 +16,9 @@ greedy episodes. Output (``metrics["talents"]``)::
 talent]``: what the choice alone costs when executed as well as the experts do (0 for the best talent). It
 separates routing from execution; the executed gap is ``oracle_talent`` minus the system in the success table.
 *routing_paired* counts, over the tasks both systems routed, those only the first routed to the measured best
-talent (``a_only``) and those only the second did (``b_only``), with the exact McNemar p. *Confidence* is the mean probability the router gave its own choice (episodes' ``route_p``; absent for systems
-whose talent is not the policy's choice), *undecided* the share of choices made with p < ``UNDECIDED``.
+talent (``a_only``) and those only the second did (``b_only``), with the exact McNemar p. *Confidence* is the mean
+probability the router gave its own choice (episodes' ``route_p``; absent for systems whose talent is not the
+policy's choice), *undecided* the share of choices made with p < ``UNDECIDED``.
 """
 
 from __future__ import annotations

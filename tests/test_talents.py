@@ -208,8 +208,8 @@ def test_talent_metrics_accuracy_regret_and_section(knowledge):
            [("s0", STATED, f), ("s1", STATED, f), ("s2", STATED, e), ("h0", HIDDEN, e)]]
     tm = talent_metrics(rs, {"textworld": matrix})
     # task by task: talentrl alone routes h0 to its best talent, talent_sft alone s2
-    assert tm["routing_paired"]["textworld"]["talentrl vs talent_sft"] == {"a_only": 1, "b_only": 1, "n": 4,
-                                                                          "p_mcnemar": 1.0}
+    assert tm["routing_paired"]["textworld"]["talentrl vs talent_sft"] == {"a_only": 1, "b_only": 1, "both": 2,
+                                                                          "neither": 0, "n": 4, "p_mcnemar": 1.0}
     r = tm["routing"]["talent_sft"]["textworld"]
     assert r["accuracy"] == 0.75
     # one hidden task routed to follow: regret = explore's hidden success (1.0) - follow's (0.0), over 4 episodes

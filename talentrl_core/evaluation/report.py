@@ -46,7 +46,7 @@ from .headline import headline, rl_curves_csv
 from .schema import check as check_schema
 from .plots import plot_confusion, plot_rl_curves, plot_success_by_panel, plot_success_by_task_type, save_png
 from .talent_effect import plot_strategy_matrix, talent_section
-from .stats import avg_at_k, bootstrap_ci, intervals_overlap, mcnemar_exact, wilson_ci
+from .stats import avg_at_k, bootstrap_ci, intervals_overlap, paired_counts, wilson_ci
 
 SCHEMA_VERSION = 1
 
@@ -263,16 +263,8 @@ def paired_comparisons(results: Iterable[EpisodeResult], pairs: Iterable[tuple[s
     for panel in sorted({p for p, _ in greedy}):
         for a, b in pairs:
             ra, rb = greedy.get((panel, a)), greedy.get((panel, b))
-            if not ra or not rb:
-                continue
-            common = sorted(set(ra) & set(rb))
-            a_only = sum(ra[t] and not rb[t] for t in common)
-            b_only = sum(rb[t] and not ra[t] for t in common)
-            both = sum(ra[t] and rb[t] for t in common)
-            out.setdefault(panel, {})[f"{a} vs {b}"] = {
-                "a_only": a_only, "b_only": b_only, "both": both, "neither": len(common) - a_only - b_only - both,
-                "n": len(common), "p_mcnemar": mcnemar_exact(a_only, b_only),
-            }
+            if ra and rb:
+                out.setdefault(panel, {})[f"{a} vs {b}"] = paired_counts(ra, rb)
     return out
 
 

@@ -15,7 +15,7 @@ values as cross-checks.
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -120,3 +120,18 @@ def mcnemar_exact(a_only: int, b_only: int) -> float:
     from scipy.stats import binomtest
 
     return float(min(1.0, binomtest(a_only, a_only + b_only, 0.5).pvalue))
+
+
+def paired_counts(a: Mapping[str, bool], b: Mapping[str, bool]) -> dict:
+    """Two systems' outcomes (task → right or not) on the tasks both have: how many only ``a`` got right, only ``b``,
+    both, neither, and the exact McNemar p.
+
+    >>> paired_counts({"t1": True, "t2": True, "t3": False}, {"t1": False, "t2": True, "t4": True})
+    {'a_only': 1, 'b_only': 0, 'both': 1, 'neither': 0, 'n': 2, 'p_mcnemar': 1.0}
+    """
+    common = sorted(set(a) & set(b))
+    a_only = sum(a[t] and not b[t] for t in common)
+    b_only = sum(b[t] and not a[t] for t in common)
+    both = sum(a[t] and b[t] for t in common)
+    return {"a_only": a_only, "b_only": b_only, "both": both, "neither": len(common) - a_only - b_only - both,
+            "n": len(common), "p_mcnemar": mcnemar_exact(a_only, b_only)}

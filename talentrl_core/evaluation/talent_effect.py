@@ -10,15 +10,15 @@ greedy episodes. Output (``metrics["talents"]``)::
      "routing": {SYSTEM: {PANEL: {"accuracy", "regret", "n", "confidence", "undecided",
                                   "by_type": {TYPE: {"accuracy", "regret", "confidence", "undecided",
                                                      "chosen": {LABEL: count}}}}}},
-     "routing_paired": {PANEL: {"talentrl vs talent_sft": {"a_only", "b_only", "n", "p_mcnemar"}}}}
+     "routing_paired": {PANEL: {"talentrl vs talent_sft": {"a_only", "b_only", "both", "neither", "n", "p_mcnemar"}}}}
 
 *Routing regret* of a routed episode is ``matrix[type][best strategy] − matrix[type][strategy of the chosen
 talent]``: what the choice alone costs when executed as well as the experts do (0 for the best talent). It
 separates routing from execution; the executed gap is ``oracle_talent`` minus the system in the success table.
 *routing_paired* counts, over the tasks both systems routed, those only the first routed to the measured best
-talent (``a_only``) and those only the second did (``b_only``), with the exact McNemar p. *Confidence* is the mean
-probability the router gave its own choice (episodes' ``route_p``; absent for systems whose talent is not the
-policy's choice), *undecided* the share of choices made with p < ``UNDECIDED``.
+talent (``a_only``) and those only the second did (``b_only``; also ``both``, ``neither``), with the exact McNemar
+p. *Confidence* is the mean probability the router gave its own choice (episodes' ``route_p``; absent for systems
+whose talent is not the policy's choice), *undecided* the share of choices made with p < ``UNDECIDED``.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 import numpy as np
 
 from .markdown import md_table
-from .stats import mcnemar_exact
+from .stats import paired_counts
 
 ROUTING_PAIRS = (("talentrl", "talent_sft"),)
 "Routing systems compared task by task on routing to the measured best talent (``metrics.talents.routing_paired``)."
@@ -96,26 +96,22 @@ def routing_block(episodes: Sequence[Any], matrix: Mapping[str, Mapping[str, Map
 
 
 def routing_paired(episodes: Sequence[Any], best: Mapping[str, Mapping], a: str, b: str) -> Optional[dict]:
-    """System ``a`` against ``b`` on the tasks both routed: how many only ``a`` (only ``b``) routed to the measured
-    best talent, and the exact McNemar p; None when they share no routed task.
+    """System ``a`` against ``b`` on the tasks both routed: how many only ``a`` (only ``b``, both, neither) routed to
+    the measured best talent, and the exact McNemar p; None when they share no routed task.
 
     >>> from types import SimpleNamespace as E
     >>> best = {"x": {"talent": "t1"}}
     >>> eps = [E(system=s, task_id=i, task_type="x", chosen_talent=c) for s, i, c in
     ...        [("a", 1, "t1"), ("b", 1, "t2"), ("a", 2, "t1"), ("b", 2, "t1"), ("a", 3, "t2")]]
     >>> routing_paired(eps, best, "a", "b")
-    {'a_only': 1, 'b_only': 0, 'n': 2, 'p_mcnemar': 1.0}
+    {'a_only': 1, 'b_only': 0, 'both': 1, 'neither': 0, 'n': 2, 'p_mcnemar': 1.0}
     """
     right: dict[str, dict] = {a: {}, b: {}}
     for e in episodes:
         if e.system in right and e.chosen_talent is not None and e.task_type in best:
             right[e.system][e.task_id] = e.chosen_talent == best[e.task_type]["talent"]
-    shared = sorted(set(right[a]) & set(right[b]))
-    if not shared:
-        return None
-    a_only = sum(right[a][t] and not right[b][t] for t in shared)
-    b_only = sum(right[b][t] and not right[a][t] for t in shared)
-    return {"a_only": a_only, "b_only": b_only, "n": len(shared), "p_mcnemar": mcnemar_exact(a_only, b_only)}
+    comp = paired_counts(right[a], right[b])
+    return comp if comp["n"] else None
 
 
 def talent_metrics(results: Iterable[Any], matrices: Mapping[str, Mapping[str, Mapping[str, Mapping]]]) -> dict:
@@ -126,15 +122,15 @@ def talent_metrics(results: Iterable[Any], matrices: Mapping[str, Mapping[str, M
         if not matrix:
             continue
         best = best_cells(matrix)
-        types = Counter(r.task_type for r in greedy if r.panel == panel and r.system == "oracle_talent") or Counter(dict.fromkeys(best, 1))
+        on_panel = [r for r in greedy if r.panel == panel]
+        types = Counter(r.task_type for r in on_panel if r.system == "oracle_talent") or Counter(dict.fromkeys(best, 1))
         n = sum(types[t] for t in best) or 1
         out["matrix"][panel], out["best"][panel] = matrix, best
         out["ceiling"][panel] = float(sum(best[t]["success"] * types[t] for t in best) / n)
-        for system in sorted({r.system for r in greedy if r.panel == panel}):
-            block = routing_block([r for r in greedy if r.panel == panel and r.system == system], matrix)
+        for system in sorted({r.system for r in on_panel}):
+            block = routing_block([r for r in on_panel if r.system == system], matrix)
             if block is not None:
                 out["routing"].setdefault(system, {})[panel] = block
-        on_panel = [r for r in greedy if r.panel == panel]
         for a, b in ROUTING_PAIRS:
             comp = routing_paired(on_panel, best, a, b)
             if comp is not None:

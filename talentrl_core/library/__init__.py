@@ -22,6 +22,7 @@ from .embed import Embedder
 from .evolution import Candidate, promote, propose_candidates
 from .retrieval import RetrievalResult, RetrievedSkill
 from .schema import KINDS, LabelRecord, SkillRecord, TalentRecord
+from .integrity import LibraryDamagedError, LibraryLockedError, LibraryReadError
 from .store import Library, LibraryVersionError
 
 __all__ = [
@@ -30,6 +31,9 @@ __all__ = [
     "KINDS",
     "LabelRecord",
     "Library",
+    "LibraryDamagedError",
+    "LibraryLockedError",
+    "LibraryReadError",
     "LibraryVersionError",
     "RetrievalResult",
     "RetrievedSkill",

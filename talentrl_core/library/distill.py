@@ -52,7 +52,7 @@ def distill_library(
         res.talents = describe_talents(env, res.talents, sreport["strategy_talent"], sreport["strategy_matrix"])
         res.report.update(sreport)
         res.report["oracle"] = {l.task_type: l.talent_id for l in labels if l.kind == "oracle"}
-    lib = Library.open(cfg.uri, -1, cfg=cfg, embedder=enc)
+    lib = Library.for_writing(cfg.uri, cfg=cfg, embedder=enc)
     if not res.skills and not res.talents:  # an empty version would become the latest and every stage would use it
         where = f" (teacher {cfg.teacher_base_url}: {res.report.get('teacher', {})})" if res.report.get("distiller") == "teacher" else ""
         raise ValueError(f"the {res.report.get('distiller', cfg.distiller)} distiller produced no skills and no talents "

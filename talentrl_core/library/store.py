@@ -28,7 +28,9 @@ import numpy as np
 import pyarrow as pa
 
 from ..config import LibraryConfig
+from . import integrity
 from .embed import TextEncoder, embedder_for
+from .integrity import MANIFEST, LibraryDamagedError, LibraryReadError, commit_lock
 from .retrieval import RetrievalResult, SkillIndex
 from .schema import (
     LABELS_SCHEMA,
@@ -49,35 +51,21 @@ from .schema import (
 log = logging.getLogger(__name__)
 
 TABLES = ("skills", "talents", "labels")
-MANIFEST = "versions"
-LOCK_FILE = ".commit.lock"
-
-
-class LibraryReadError(ValueError):
-    """A library table that cannot be read (a damaged or half-copied LanceDB folder); the message names it."""
 
 
 @contextlib.contextmanager
 def _named_table_errors(uri: str, table: str):
     try:
         yield
-    except LibraryVersionError:
+    except (LibraryVersionError, LibraryReadError):
         raise
     except Exception as e:  # noqa: BLE001 - lance raises OSError, RuntimeError, ValueError... for damaged files
         raise LibraryReadError(
             f"{Path(uri) / (table + '.lance')}: library table {table!r} of {uri} cannot be read ({type(e).__name__}: "
-            f"{str(e)[:300]}); restore the folder (`dvc checkout artifacts/library`) or re-run the distill stage") from e
+            f"{str(e)[:300]}); nothing was changed. Restore the folder (`dvc checkout artifacts/library`) or re-run "
+            f"the distill stage, which moves it aside to {uri}.damaged-<UTC time> and starts at version 1") from e
 
 
-def commit_lock(uri: str, timeout_s: float = 600.0):
-    """An inter-process lock on a local library's commits (a no-op context for object-store URIs, whose
-    LanceDB commits are atomic per table but not across our manifest)."""
-    if "://" in str(uri):
-        return contextlib.nullcontext()
-    from filelock import FileLock
-
-    Path(uri).mkdir(parents=True, exist_ok=True)
-    return FileLock(str(Path(uri) / LOCK_FILE), timeout=timeout_s)
 _QUERY_CACHE_SIZE = 20000
 
 
@@ -94,15 +82,6 @@ def _table_names(db) -> set[str]:
         token = getattr(resp, "page_token", None)
         if not token:
             return names
-
-
-def _uncommitted(uri: str, name: str) -> bool:
-    """True for a local table folder that holds no committed version: what a first commit killed while it created
-    the table leaves (data files, no ``_versions/*.manifest``). It holds nothing a reader could ever see."""
-    if "://" in str(uri):
-        return False
-    folder = Path(uri) / f"{name}.lance"
-    return folder.is_dir() and not any((folder / "_versions").glob("*.manifest"))
 
 
 class Library:
@@ -135,9 +114,12 @@ class Library:
         cfg = cfg or LibraryConfig()
         uri = str(uri if uri is not None else cfg.uri)
         version = cfg.version if version is None else int(version)
+        folder_state = integrity.state(uri)
+        if folder_state == "damaged":
+            raise LibraryDamagedError(integrity.damage_message(uri))
         with _named_table_errors(uri, MANIFEST):
             db = lancedb.connect(uri)
-            manifest = [] if _uncommitted(uri, MANIFEST) else cls._manifest_rows(db)
+            manifest = cls._manifest_rows(db) if folder_state == "committed" else []
         row = None
         if version == -1:
             row = manifest[-1] if manifest else None
@@ -344,10 +326,35 @@ class Library:
         (``<uri>/.commit.lock``): two processes committing at once get consecutive versions.
         """
         with commit_lock(self.uri):
-            return self._commit(env, skills, talents, labels, note=note)
+            latest = Library._latest_intact(self.uri, self.cfg, self._embedder)
+            self._db = latest._db  # a new connection when a damaged folder was moved aside
+            with integrity.first_commit(self.uri, latest.version == 0):
+                return self._commit(latest, env, skills, talents, labels, note=note)
 
-    def _commit(self, env, skills, talents, labels, *, note: str = "") -> int:
-        latest = Library.open(self.uri, -1, cfg=self.cfg, embedder=self._embedder)
+    @classmethod
+    def for_writing(cls, uri: str | Path | None = None, *, cfg: Optional[LibraryConfig] = None,
+                    embedder: Optional[TextEncoder] = None) -> "Library":
+        """The latest version, to commit on top of (what distill opens). Unlike ``open`` it never refuses a damaged
+        library: that moves aside first (``_latest_intact``)."""
+        cfg = cfg or LibraryConfig()
+        uri = str(uri if uri is not None else cfg.uri)
+        with commit_lock(uri):
+            return cls._latest_intact(uri, cfg, embedder)
+
+    @classmethod
+    def _latest_intact(cls, uri: str, cfg: LibraryConfig, embedder: Optional[TextEncoder]) -> "Library":
+        """The latest version to write on top of. A damaged library (its history gone, or a table that cannot be
+        read) is never written over: its contents move aside (``integrity.move_aside``) and a new history starts."""
+        try:
+            return cls.open(uri, -1, cfg=cfg, embedder=embedder)
+        except LibraryReadError as e:
+            if not integrity.is_local(uri) or isinstance(e.__cause__, PermissionError):
+                raise
+            integrity.move_aside(uri, "its version history is gone" if isinstance(e, LibraryDamagedError)
+                                 else str(e).split(";")[0])
+            return cls.open(uri, -1, cfg=cfg, embedder=embedder)
+
+    def _commit(self, latest: "Library", env, skills, talents, labels, *, note: str = "") -> int:
         enc = self.embedder
         skills = [replace(s) for s in skills]  # copies: versions and vectors are set below
         talents = [replace(t) for t in talents]
@@ -384,8 +391,10 @@ class Library:
         }
         table_versions = {}
         existing = _table_names(self._db)
-        if latest.version == 0:  # a first commit killed mid-way may have left tables that were never committed
-            for name in [n for n in existing if _uncommitted(self.uri, n)]:
+        if integrity.state(self.uri) == "interrupted":  # a killed first commit: its tables were never visible
+            for name in [n for n in existing if integrity.uncommitted(self.uri, n)]:
+                log.info("library %s: removed %s.lance, left uncommitted by a first commit that was interrupted",
+                         self.uri, name)
                 shutil.rmtree(Path(self.uri) / f"{name}.lance")
                 existing.discard(name)
         for name in TABLES:

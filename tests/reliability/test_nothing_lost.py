@@ -158,7 +158,7 @@ def _library_with_one_version(uri: str):
 
     cfg = LibraryConfig(uri=uri, embedder="hashing")
     s = SkillRecord("s1", "alfworld", "general", ["heat"], "Title", "heat it", "when heating")
-    Library.open(uri, cfg=cfg, embedder=HashingEmbedder()).commit(
+    Library.for_writing(uri, cfg=cfg, embedder=HashingEmbedder()).commit(
         "alfworld", [s], [TalentRecord("t1", "alfworld", "Name", "Locate.", "tasks", ["s1"], [1.0])], [])
     return cfg
 
@@ -188,20 +188,90 @@ def test_damaged_library_folders_name_the_table(tmp_path, damage):
 
 
 def test_first_commit_killed_while_creating_a_table_is_recovered(tmp_path):
-    """A kill during the first commit can leave `skills.lance` with data files and no committed version; the
-    next commit starts clean instead of failing with "Table 'skills' was not found"."""
+    """A kill during the first commit leaves `skills.lance` with data files, no committed version, and the commit's
+    marker: the next commit clears what was never visible instead of failing with "Table 'skills' was not found"."""
     import shutil
 
     from talentrl_core.library import Library
     from talentrl_core.library.embed import HashingEmbedder
+    from talentrl_core.library.integrity import FIRST_COMMIT
 
     _library_with_one_version(str(tmp_path / "done"))
     half = tmp_path / "db" / "skills.lance"
     shutil.copytree(tmp_path / "done" / "skills.lance" / "data", half / "data")
     (half / "_transactions").mkdir()
+    (tmp_path / "db" / FIRST_COMMIT).write_text("123\n")
     cfg = LibraryConfig(uri=str(tmp_path / "db"), embedder="hashing")
     assert Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder()).version == 0
     assert _library_with_one_version(cfg.uri) and Library.open(cfg.uri, cfg=cfg, embedder=HashingEmbedder()).version == 1
+    assert not (tmp_path / "db" / FIRST_COMMIT).exists() and not list(tmp_path.glob("db.damaged-*"))
+
+
+def _tree(root):
+    """Every file's bytes but the commit lock's (which stays with the folder's path)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.startswith(".commit.lock")}
+
+
+@pytest.mark.parametrize("damage", ["history_removed", "history_folder_removed", "table_unreadable"])
+def test_damaged_library_is_refused_then_moved_aside_never_reset(tmp_path, damage, caplog):
+    """Issue 41.1: a library whose version history is gone is named by every reader, and the next distill moves it
+    aside byte for byte before it starts a new history (it used to recreate it at version 1, losing the rest)."""
+    import shutil
+
+    from talentrl_core.library import Library, LibraryReadError
+    from talentrl_core.library.embed import HashingEmbedder
+
+    uri = tmp_path / "db"
+    cfg = _library_with_one_version(str(uri))
+    _library_with_one_version(str(uri))  # a second version: what a reset would lose
+    if damage == "history_removed":
+        shutil.rmtree(uri / "versions.lance" / "_versions")
+    elif damage == "history_folder_removed":
+        shutil.rmtree(uri / "versions.lance")
+    else:
+        for f in (uri / "talents.lance" / "data").glob("*.lance"):
+            f.write_bytes(f.read_bytes()[:40])
+    before = _tree(uri)
+    msg = "version history is gone" if damage != "table_unreadable" else "library table 'talents' of .* cannot be read"
+    with pytest.raises(LibraryReadError, match=msg) as err:
+        Library.open(str(uri), cfg=cfg, embedder=HashingEmbedder())
+    assert "re-run the distill stage, which moves it aside" in str(err.value)
+    assert _tree(uri) == before  # a reader changed nothing
+    with caplog.at_level("WARNING"):
+        _library_with_one_version(str(uri))
+    (moved,) = tmp_path.glob("db.damaged-*")
+    assert _tree(moved) == before and f"moved its contents to {moved}" in caplog.text
+    assert [r["library_version"] for r in Library.open(str(uri), cfg=cfg, embedder=HashingEmbedder()).versions()] == [1]
+
+
+def _hold_lock(uri, ready, release):
+    from talentrl_core.library.integrity import commit_lock
+
+    with commit_lock(uri):
+        ready.set()
+        release.wait(60)
+
+
+def test_held_library_lock_names_its_holder_and_what_to_do(tmp_path, caplog):
+    from talentrl_core.library.integrity import LibraryLockedError, commit_lock
+
+    ctx = mp.get_context("spawn")
+    ready, release = ctx.Event(), ctx.Event()
+    holder = ctx.Process(target=_hold_lock, args=(str(tmp_path), ready, release))
+    holder.start()
+    try:
+        assert ready.wait(60)
+        with caplog.at_level("WARNING"), pytest.raises(LibraryLockedError,
+                                                       match=rf"still held after 0 s by pid {holder.pid} on .*let that run finish"):
+            with commit_lock(str(tmp_path), timeout_s=0.2):
+                pass
+        assert f"waiting up to 0 s for its commit lock {tmp_path}/.commit.lock, held by pid {holder.pid}" in caplog.text
+    finally:
+        release.set()
+        holder.join(60)
+    with commit_lock(str(tmp_path), timeout_s=5):  # released with its process
+        pass
 
 
 def test_sft_and_rl_without_a_library_name_the_stage_that_builds_it(tmp_path):

@@ -86,6 +86,25 @@ def remove_orphans(path: str | os.PathLike) -> list[Path]:
     return found
 
 
+def remove_stale_staging(root: str | os.PathLike, older_than_s: float = 0.0) -> list[Path]:
+    """Remove the ``.<name>.*.tmp`` staging copies that killed writes (``atomic_path``, ``atomic_dir``, game
+    generation) left anywhere under ``root``, when older than ``older_than_s`` (a cache other processes write into
+    keeps their live ones). Returns what was removed; a staging copy holds nothing that was ever complete."""
+    import time
+
+    root, now, found = Path(root), time.time(), []
+    if not root.is_dir():
+        return found
+    for p in root.rglob(".*.tmp"):
+        try:
+            if now - p.lstat().st_mtime >= older_than_s:
+                shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
+                found.append(p)
+        except FileNotFoundError:  # removed meanwhile (by its writer or with its parent)
+            continue
+    return found
+
+
 def write_text(path: str | os.PathLike, text: str) -> None:
     with atomic_path(path) as tmp:
         tmp.write_text(text)
@@ -104,20 +123,34 @@ def read_json(path: str | os.PathLike) -> Any:
         raise ValueError(f"{path}: not valid JSON ({e})") from e
 
 
-_DISK_FULL_MARKERS = ("No space left on device", "file write failed", "inline_container.cc", "Disk quota exceeded")
+_DISK_FULL_MARKERS = ("No space left on device", "file write failed", "inline_container.cc", "Disk quota exceeded",
+                      "StorageFull", "QuotaExceeded")
+# How a full disk reads in the errors of torch's zip writer and of safetensors (``SafetensorError: Error while
+# serializing: IoError(Os { code: 28, kind: StorageFull, ... })``), which are not ``OSError``.""
+
+
+def is_disk_full(e: BaseException) -> bool:
+    """True for an error that says the disk (or quota) is full, whatever library raised it.
+
+    >>> is_disk_full(OSError(28, "No space left on device")), is_disk_full(ValueError("bad value"))
+    (True, False)
+    """
+    import errno
+
+    return getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(m in str(e) for m in _DISK_FULL_MARKERS)
 
 
 @contextmanager
 def disk_full_named(path: str | os.PathLike, what: str = "writing") -> Iterator[None]:
-    """Report a full disk as a full disk: torch's ``enforce fail at inline_container.cc`` and friends become an
-    ``OSError(ENOSPC)`` naming ``path`` and the space left on its filesystem."""
+    """Report a full disk as a full disk: torch's ``enforce fail at inline_container.cc``, safetensors'
+    ``SafetensorError`` and friends become an ``OSError(ENOSPC)`` naming ``path`` and the space left on its
+    filesystem. Other errors pass through untouched."""
     import errno
 
     try:
         yield
-    except (OSError, RuntimeError) as e:
-        full = getattr(e, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(m in str(e) for m in _DISK_FULL_MARKERS)
-        if not full:
+    except Exception as e:  # noqa: BLE001 - re-raised unless it says the disk is full
+        if not is_disk_full(e):
             raise
         probe = Path(path)
         while not probe.exists() and probe != probe.parent:

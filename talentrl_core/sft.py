@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .checkpoints import model_digest, newest_sound, seal
 from .config import ModelConfig, SFTConfig
 from .io import atomic_dir, disk_full_named, remove_orphans, write_json
 from .prompts import (CHAT_TEMPLATE_KWARGS, ExecContext, execution_messages, format_action, format_talent, routing_messages,
@@ -313,6 +314,7 @@ def crash_safe_checkpoints(base):
                 self.args.output_dir = str(run_dir)
             if self.args.should_save:
                 final = run_dir / name
+                seal(staging / name)
                 if final.exists():
                     shutil.rmtree(final)
                 os.replace(staging / name, final)
@@ -323,18 +325,21 @@ def crash_safe_checkpoints(base):
 
 
 def last_complete_checkpoint(work: Path, log=None) -> Optional[Path]:
-    """The newest ``checkpoint-<step>`` in ``work`` that holds a trainer state and weights; incomplete ones (left by
-    a version that wrote in place, or copied half) are removed, saying so."""
+    """The newest ``checkpoint-<step>`` in ``work`` that holds a trainer state and weights, and whose files verify
+    (``checkpoints.newest_sound``: a damaged one is named and set aside). Incomplete ones (left by a version that
+    wrote in place, or copied half) are removed, saying so."""
     import shutil
 
     found = sorted((int(p.name.split("-")[-1]), p) for p in work.glob("checkpoint-*")
                    if p.is_dir() and p.name.split("-")[-1].isdigit())
-    for _, path in reversed(found):
+    complete = []
+    for step, path in found:
         if (path / "trainer_state.json").exists() and any(path.glob("*.safetensors")):
-            return path
-        (log or say)(f"sft: {path} is incomplete (interrupted while it was written): removed; resuming from the one before")
-        shutil.rmtree(path, ignore_errors=True)
-    return None
+            complete.append((step, path))
+        else:
+            (log or say)(f"sft: {path} is incomplete (interrupted while it was written): removed")
+            shutil.rmtree(path, ignore_errors=True)
+    return newest_sound(complete, "sft", log or say)
 
 
 def labelled_positions_trainer(base):
@@ -379,12 +384,13 @@ def labelled_positions_trainer(base):
 
 
 def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> dict:
-    """What an SFT result depends on (its checkpoints resume only under the same job; ``workdir.claim``)."""
+    """What an SFT result depends on (its checkpoints resume only under the same job; ``workdir.claim``). The base
+    model by content (``checkpoints.model_digest``), not by path: a moved or copied artifacts folder resumes."""
     import dataclasses
 
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps", "keep_checkpoints")}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
-    return {"base_model": base_model, "sft": settings, "model": dataclasses.asdict(model_cfg),
+    return {"base_model": model_digest(base_model), "sft": settings, "model": dataclasses.asdict(model_cfg),
             "data": {"samples": len(data.samples), "sha1": samples}}
 
 

@@ -119,12 +119,29 @@ def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tu
     return trajs, {"files": files, "strategies": per_strategy}
 
 
+CACHE_STAGING_GRACE_S = 600.0
+"A game cache is shared between runs (``TALENTRL_CACHE_DIR``): staging copies younger than this may be live."
+
+
+def tidy_staging(trajectories: Path, cache_dir: str | Path) -> None:
+    """Remove what killed writes left: every staging copy under this run's trajectories, and those of the game cache
+    older than ``CACHE_STAGING_GRACE_S``; one line says how many and where."""
+    from .io import remove_stale_staging
+    from .workdir import say
+
+    for root, grace in ((Path(trajectories), 0.0), (Path(cache_dir), CACHE_STAGING_GRACE_S)):
+        gone = remove_stale_staging(root, grace)
+        if gone:
+            say(f"collect: removed {len(gone)} staging file(s) of interrupted writes under {root} (e.g. {gone[0].name})")
+
+
 def collect(cfg: TalentRLConfig) -> dict:
     """Roll out ``collect.policy`` on ``collect.split``; write Parquet under artifacts/trajectories/env=<env>/.
 
     ``policy=expert`` runs every strategy expert of ``collect.strategies`` on every task (one file each).
     """
     paths = ArtifactPaths.of(cfg)
+    tidy_staging(paths.trajectories, cfg.env.cache_dir)
     family = family_for(cfg)
     c = cfg.collect
     tasks = tasks_for(cfg, family, c.split, c.n_episodes, c.seed)

@@ -66,9 +66,9 @@ def _normalise(job: dict) -> dict:
     return json.loads(json.dumps(job, sort_keys=True, default=str))
 
 
-def move_aside(folder: Path, keep: int) -> Optional[Path]:
-    """Rename ``folder`` to ``<folder>.prev-<UTC time>`` and drop the oldest such copies beyond ``keep``; with
-    ``keep`` 0 delete it. Returns the new path (None when deleted)."""
+def move_aside(folder: Path, keep: int, log: Callable[[str], None] | None = None) -> Optional[Path]:
+    """Rename ``folder`` to ``<folder>.prev-<UTC time>`` and drop the oldest such copies beyond ``keep``, naming each
+    one it deletes; with ``keep`` 0 delete it. Returns the new path (None when deleted)."""
     if keep <= 0:
         shutil.rmtree(folder)
         return None
@@ -81,6 +81,8 @@ def move_aside(folder: Path, keep: int) -> Optional[Path]:
     previous = sorted(folder.parent.glob(f"{folder.name}.prev-*"), key=lambda p: p.stat().st_mtime)
     for old in previous[: max(0, len(previous) - keep)]:
         shutil.rmtree(old, ignore_errors=True)
+        (log or say)(f"{folder}: deleted its oldest moved-aside copy {old} (keep_previous_runs={keep} keeps the "
+                     f"newest {keep}; raise it to keep more)")
     return dest
 
 
@@ -102,7 +104,7 @@ def set_aside(folder: str | Path, job: dict, keep_previous: int, stage: str,
     if old == job:
         return None
     diff = differing_keys(old, job)
-    moved = move_aside(folder, keep_previous)
+    moved = move_aside(folder, keep_previous, log)
     where = f"moved to {moved}" if moved else "deleted (keep_previous_runs=0)"
     log(f"{stage}: {folder} held a run with other settings ({'; '.join(diff[:6])}"
         f"{f'; +{len(diff) - 6} more' if len(diff) > 6 else ''}); {where}")

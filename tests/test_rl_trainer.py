@@ -12,6 +12,8 @@
 from __future__ import annotations
 
 import dataclasses
+import contextlib
+import io
 import json
 import os
 import signal
@@ -507,6 +509,17 @@ def test_kill_and_resume_equals_uninterrupted(env_cfg, family, tiny, bank_file, 
     assert all(torch.equal(wa[k], wb[k]) for k in wa)  # exact: every random draw is seeded from (seed, step)
     meta = json.loads((tmp_path / "B" / "talentrl_meta.json").read_text())
     assert meta["stage"] == "rl" and meta["library_version"] == 1 and len(meta["history"]) == 4
+    # a newest checkpoint damaged on disk after it was complete (issue 41.2): named, set aside, the one before resumed
+    newest = max((p for p in (tmp_path / "B.work").glob("checkpoint-*")), key=lambda p: int(p.name.split("-")[1]))
+    weights = newest / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    said = io.StringIO()
+    with contextlib.redirect_stderr(said):
+        rd = train_rl(cfg, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "B", progress=False)
+    step = int(newest.name.split("-")[1])
+    assert rd["resumed_from"].endswith(f"checkpoint-{step - 1}"), said.getvalue()
+    assert f"{weights}: 1000 bytes" in said.getvalue() and (tmp_path / "B.work" / f"damaged-{newest.name}").is_dir()
+    assert all(torch.equal(wa[k], v) for k, v in _weights(tmp_path / "B").items())
     # another job in the same folders (rl.steps 4 -> 1) moves the earlier run aside, checkpoints and model alike
     other = make_cfg(env_cfg, tmp_path, steps=1, tasks_per_step=1, group_size=4, checkpoint_every=1, keep_checkpoints=0)
     rc = train_rl(other, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "A", progress=False)

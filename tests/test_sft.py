@@ -233,3 +233,32 @@ def test_routing_warmup_end_is_read_back_from_a_checkpoint(tmp_path):
     (ck / "trainer_state.json").write_text("{not json")
     with pytest.raises(ValueError, match="checkpoint-8/trainer_state.json: cannot read"):
         fresh.restore(ck)
+
+
+def test_moved_artifacts_resume_and_a_damaged_newest_checkpoint_falls_back(world, tmp_path, shared_data, capsys):
+    """Issue 41: the job names the base model by content, so a moved artifacts folder resumes; a checkpoint damaged
+    on disk after it was complete is named, set aside (not deleted), and the one before it resumed, ending on the
+    same weights as the undisturbed run."""
+    from safetensors.torch import load_file
+
+    fam, tasks, trajs, knowledge = world
+    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    a, b = tmp_path / "a", tmp_path / "b"
+    build_tiny(SMALL, a / "base", shared_data)
+    cfg = SFTConfig(max_steps=4, lr=3e-3, warmup_steps=1, batch_size=8, save_steps=2, keep_checkpoints=0)
+    train_sft(data, str(a / "base"), a / "sft", cfg, SMALL)
+    ref = load_file(a / "sft" / "model.safetensors")
+    a.rename(b)
+    info = train_sft(data, str(b / "base"), b / "sft", cfg, SMALL)
+    assert info["resumed_from"].endswith("checkpoint-4") and not list(b.glob("*.prev-*"))
+    opt = b / "sft.work" / "checkpoint-4" / "optimizer.pt"
+    size = opt.stat().st_size
+    opt.write_bytes(opt.read_bytes()[: size // 2])
+    capsys.readouterr()
+    info = train_sft(data, str(b / "base"), b / "sft", cfg, SMALL)
+    err = capsys.readouterr().err
+    assert info["resumed_from"].endswith("checkpoint-2"), err
+    assert f"{opt}: {size // 2} bytes, {size} when written" in err and "set aside as" in err
+    assert (b / "sft.work" / "damaged-checkpoint-4" / "optimizer.pt").stat().st_size == size // 2
+    after = load_file(b / "sft" / "model.safetensors")
+    assert all(torch.equal(ref[k], after[k]) for k in ref)

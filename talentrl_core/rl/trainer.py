@@ -73,8 +73,9 @@ from tqdm.auto import tqdm
 
 from ..config import Backend, Decoding, TalentRLConfig
 from ..envs.base import Task
+from ..checkpoints import model_digest, newest_sound, seal
 from ..io import atomic_dir, disk_full_named, read_json, remove_orphans, write_json
-from ..workdir import JOB_FILE, claim, record_job, set_aside
+from ..workdir import JOB_FILE, claim, record_job, say, set_aside
 from ..prompts import format_talent, routing_messages, routing_view
 from ..precision import autocast, resolve_compute_dtype
 from ..rollout import EpisodeSpec, Knowledge, LLMPolicy, RolloutSettings, run_episodes
@@ -641,6 +642,11 @@ class RLTrainer:
 
     # -- checkpoints -------------------------------------------------------------------------------------------
 
+    @property
+    def stage(self) -> str:
+        "How this run names itself in messages."
+        return "rl_flat_grpo" if self.rl.flat_baseline else "rl"
+
     def checkpoints(self) -> list[tuple[int, Path]]:
         out = []
         for p in self.work_dir.glob("checkpoint-*"):
@@ -665,6 +671,7 @@ class RLTrainer:
             write_json(tmp / STATE_FILE, {"step": step, "library_version": getattr(self.knowledge, "version", None),
                                           "history": self.history, "init_checkpoint": self.init_checkpoint,
                                           "world_size": self.world})
+            seal(tmp)
             if final.exists():
                 shutil.rmtree(final)
             os.replace(tmp, final)
@@ -682,21 +689,21 @@ class RLTrainer:
         return self._job
 
     def _describe_job(self) -> dict:
-        init = Path(self.init_checkpoint)
-        weights = sorted((p.name, p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest())
-                         for p in init.glob("*.safetensors")) if init.is_dir() else [str(init)]
         rl = {k: v for k, v in dataclasses.asdict(self.rl).items() if k not in ("resume", "checkpoint_every", "keep_checkpoints")}
-        return {"rl": rl, "env": dataclasses.asdict(self.cfg.env), "model": dataclasses.asdict(self.cfg.model),
-                "init": weights, "library_version": self.initial_library_version}
+        env = {k: v for k, v in dataclasses.asdict(self.cfg.env).items() if k != "cache_dir"}  # where, not what
+        return {"rl": rl, "env": env, "model": dataclasses.asdict(self.cfg.model),
+                "init": model_digest(self.init_checkpoint), "library_version": self.initial_library_version}
 
     def maybe_resume(self) -> int:
         """Resume from the newest checkpoint of this job; another job's folder is moved aside (``workdir.claim``)."""
         if self.main:
-            claim(self.work_dir, self.job(), self.cfg.keep_previous_runs, "rl_flat_grpo" if self.rl.flat_baseline else "rl",
+            claim(self.work_dir, self.job(), self.cfg.keep_previous_runs, self.stage,
                   holds_work=lambda w: bool(self.checkpoints()))
             for orphan in self.work_dir.glob(".checkpoint-*.tmp"):
                 shutil.rmtree(orphan, ignore_errors=True)
             remove_orphans(self.out_dir)
+            if self.rl.resume:  # verified once, by the main process: a damaged newest one is named and set aside
+                newest_sound(self.checkpoints(), self.stage, say)
         self.acc.wait_for_everyone()
         ckpts = self.checkpoints() if self.rl.resume else []
         if not ckpts:
@@ -730,7 +737,7 @@ class RLTrainer:
                 if not torch.isfinite(p).all():
                     raise FloatingPointError("RL produced non-finite weights; lower rl.lr")
             job = self.job()
-            set_aside(self.out_dir, job, self.cfg.keep_previous_runs, "rl_flat_grpo" if self.rl.flat_baseline else "rl")
+            set_aside(self.out_dir, job, self.cfg.keep_previous_runs, self.stage)
             with disk_full_named(self.out_dir, "writing the model"), atomic_dir(self.out_dir) as tmp:
                 model.save_pretrained(tmp)
                 self.tok.save_pretrained(tmp)

@@ -44,7 +44,9 @@ def test_moved_aside_copies_are_bounded_and_zero_deletes_saying_so(tmp_path):
     for steps in range(1, 5):
         claim(work, _job(steps=steps), 2, "rl", log=said.append)
         (work / "checkpoint-1").mkdir()
-    assert len(list(tmp_path.glob("rl.work.prev-*"))) == 2 and len(said) == 3
+    assert len(list(tmp_path.glob("rl.work.prev-*"))) == 2 and len(said) == 4  # 3 moves, 1 deletion
+    (deleted,) = [m for m in said if "deleted its oldest moved-aside copy" in m]
+    assert "rl.work.prev-" in deleted and "keep_previous_runs=2" in deleted
     claim(work, _job(steps=9), 0, "rl", log=said.append)
     assert "deleted (keep_previous_runs=0)" in said[-1] and len(list(tmp_path.glob("rl.work.prev-*"))) == 2
 
@@ -81,6 +83,90 @@ def test_full_disk_is_named_as_a_full_disk(tmp_path):
     with pytest.raises(ValueError, match="unrelated"):  # other errors pass through untouched
         with disk_full_named(tmp_path):
             raise ValueError("unrelated")
+
+
+@pytest.fixture
+def full_disk(tmp_path):
+    """A 64 KiB tmpfs: a real ENOSPC (needs mount rights; skipped without them, the constructed-error test stays)."""
+    import subprocess
+
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_disk_during_a_safetensors_write_is_named(full_disk):
+    """Issue 41.3: safetensors raises its own SafetensorError (not OSError) on a full disk."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    model = Qwen2ForCausalLM(Qwen2Config(hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, intermediate_size=64, vocab_size=512))
+    target = full_disk / "sft"
+    with pytest.raises(OSError, match=rf"disk full while writing the model {target} \(0 MiB free on its filesystem\)"):
+        with disk_full_named(target, "writing the model"), torch.no_grad():
+            model.save_pretrained(target)
+
+
+def test_safetensors_disk_full_error_is_recognised():
+    from safetensors import SafetensorError
+
+    from talentrl_core.io import is_disk_full
+
+    assert is_disk_full(SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)"))
+    assert not is_disk_full(SafetensorError("Error while deserializing header: MetadataIncompleteBuffer"))
+
+
+def test_collect_removes_staging_files_of_killed_writes(tmp_path, capsys):
+    """Issue 41.6: the `.tmp` staging copies a killed collect leaves are removed at the next start; a shared game
+    cache keeps young ones (another run may be writing them)."""
+    import time
+
+    from talentrl_core.stages import CACHE_STAGING_GRACE_S, tidy_staging
+
+    traj = tmp_path / "trajectories" / "env=textworld"
+    traj.mkdir(parents=True)
+    (traj / ".collect-x.parquet.ab12.tmp").write_text("half")
+    (traj / "collect-x.parquet").write_text("whole")
+    games = tmp_path / "cache" / "textworld" / "tw-coin_collector" / "level=5"
+    (games / ".7.zz.tmp").mkdir(parents=True)
+    (games / ".8.yy.tmp").mkdir()
+    old = time.time() - CACHE_STAGING_GRACE_S - 5
+    os.utime(games / ".7.zz.tmp", (old, old))
+    tidy_staging(tmp_path / "trajectories", tmp_path / "cache")
+    assert sorted(p.name for p in traj.iterdir()) == ["collect-x.parquet"]
+    assert sorted(p.name for p in games.iterdir()) == [".8.yy.tmp"]
+    err = capsys.readouterr().err
+    assert "removed 1 staging file(s) of interrupted writes under" in err and err.count("collect: removed") == 2
+
+
+def test_unsealed_checkpoints_are_checked_by_structure(tmp_path):
+    """Checkpoints written before sealing: a truncated safetensors file, a torch zip that fails its CRC and
+    unparsable JSON are each named; an intact folder passes; a sealed one catches a changed byte."""
+    import torch
+    from safetensors.torch import save_file
+
+    from talentrl_core.checkpoints import fault, seal
+
+    ck = tmp_path / "checkpoint-2"
+    ck.mkdir()
+    save_file({"w": torch.ones(64)}, ck / "model.safetensors")
+    torch.save({"state": torch.arange(4096.0)}, ck / "optimizer.pt")
+    (ck / "trainer_state.json").write_text("{}")
+    assert fault(ck) is None
+    data = (ck / "optimizer.pt").read_bytes()
+    (ck / "optimizer.pt").write_bytes(data[:2000] + bytes([data[2000] ^ 1]) + data[2001:])
+    assert fault(ck).startswith(f"{ck / 'optimizer.pt'}: ")
+    (ck / "optimizer.pt").write_bytes(data)
+    (ck / "model.safetensors").write_bytes((ck / "model.safetensors").read_bytes()[:100])
+    assert "model.safetensors: SafetensorError" in fault(ck)
+    save_file({"w": torch.ones(64)}, ck / "model.safetensors")
+    seal(ck)
+    (ck / "trainer_state.json").write_text("{ }")
+    assert fault(ck) == f"{ck / 'trainer_state.json'}: 3 bytes, 2 when written (truncated or overwritten)"
 
 
 def _traj(i: int, error: str | None = None) -> Trajectory:

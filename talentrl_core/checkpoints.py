@@ -1,0 +1,121 @@
+"""Checkpoints that prove what they hold: sealed when written, verified before a resume loads them.
+
+SFT (``sft.py``) and RL (``rl/trainer.py``) write each checkpoint into a staging folder and rename it when complete,
+so a kill never leaves a half-written ``checkpoint-<step>``. What the rename cannot catch is damage afterwards: a
+disk or copy that truncates the optimizer state or the weights of a checkpoint that was complete. So each checkpoint
+is *sealed* before its rename (``talentrl_files.json``: every file's size and sha256, as DVC records an output's
+md5), and ``newest_sound`` verifies a checkpoint before it is resumed: a damaged one is named (the file and what is
+wrong) and set aside as ``damaged-checkpoint-<step>`` (not deleted, and out of reach of checkpoint rotation), and the
+run resumes from the one before. A checkpoint written before sealing existed is checked by structure instead:
+safetensors headers against the file size, torch's zip archives by their CRCs, JSON by parsing.
+
+Cost: hashing reads each checkpoint once more at save and at resume (~1 GB/s; 0.1 s for the demo's 80 MB).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import zipfile
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from .io import write_json
+
+SEAL = "talentrl_files.json"
+DAMAGED = "damaged-"
+"Prefix a damaged checkpoint is renamed with (``damaged-checkpoint-6``)."
+
+
+def _sha256(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != SEAL)
+
+
+def seal(folder: str | os.PathLike) -> None:
+    """Record every file of ``folder`` (size and sha256) in ``<folder>/talentrl_files.json``."""
+    folder = Path(folder)
+    write_json(folder / SEAL, {str(p.relative_to(folder)): {"bytes": p.stat().st_size, "sha256": _sha256(p)}
+                               for p in _files(folder)})
+
+
+def _structure_fault(path: Path) -> Optional[str]:
+    """What is wrong with an unsealed file that has a checkable structure (None: nothing found)."""
+    try:
+        if path.suffix == ".safetensors":
+            from safetensors import safe_open
+
+            with safe_open(str(path), "np") as f:  # checks the header against the file's length
+                list(f.keys())
+        elif path.suffix in (".pt", ".bin", ".pth") and zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                bad = z.testzip()
+            if bad:
+                return f"entry {bad} fails its CRC"
+        elif path.suffix == ".json":
+            json.loads(path.read_text())
+        elif path.suffix in (".pt", ".bin", ".pth") and path.stat().st_size == 0:
+            return "empty file"
+    except Exception as e:  # noqa: BLE001 - every reader raises its own type for a damaged file
+        return f"{type(e).__name__}: {str(e)[:200]}"
+    return None
+
+
+def fault(folder: str | os.PathLike) -> Optional[str]:
+    """``"<file>: <what is wrong>"`` for the first damaged file of a checkpoint folder, None when it is sound."""
+    folder = Path(folder)
+    try:
+        recorded = json.loads((folder / SEAL).read_text())
+    except FileNotFoundError:
+        recorded = None
+    except (OSError, ValueError) as e:
+        return f"{folder / SEAL}: the checkpoint's seal cannot be read ({e})"
+    if recorded is None:
+        for p in _files(folder):
+            why = _structure_fault(p)
+            if why:
+                return f"{p}: {why}"
+        return None
+    for name, want in sorted(recorded.items()):
+        p = folder / name
+        if not p.is_file():
+            return f"{p}: missing"
+        size = p.stat().st_size
+        if size != want["bytes"]:
+            return f"{p}: {size} bytes, {want['bytes']} when written (truncated or overwritten)"
+        if _sha256(p) != want["sha256"]:
+            return f"{p}: its sha256 differs from the one recorded when it was written"
+    return None
+
+
+def newest_sound(found: Sequence[tuple[int, Path]], stage: str, log: Callable[[str], None]) -> Optional[Path]:
+    """The newest of ``found`` ((step, folder), any order) whose files verify. Each damaged one is named in one line
+    and renamed ``damaged-checkpoint-<step>``; None when no checkpoint is sound."""
+    ordered = sorted(found, key=lambda sp: sp[0], reverse=True)
+    for i, (_, path) in enumerate(ordered):
+        why = fault(path)
+        if why is None:
+            return path
+        dest = path.with_name(DAMAGED + path.name)
+        n = 1
+        while dest.exists():
+            dest, n = path.with_name(f"{DAMAGED}{path.name}-{n}"), n + 1
+        os.replace(path, dest)
+        nxt = f"resuming from {ordered[i + 1][1].name} if it verifies" if i + 1 < len(ordered) else "starting from step 0"
+        log(f"{stage}: {why}: {path.name} is damaged and was set aside as {dest} (nothing deleted); {nxt}")
+    return None
+
+
+def model_digest(name_or_path: str | os.PathLike) -> list:
+    """What a model is, wherever it lies: ``[name, bytes, sha1]`` of its weights and tokenizer files, so that a job
+    recorded before its artifacts folder was moved or copied still matches after (a Hub id is itself)."""
+    folder = Path(name_or_path)
+    if not folder.is_dir():
+        return [str(name_or_path)]
+    files = sorted({*folder.glob("*.safetensors"), *folder.glob("tokenizer.json")})
+    return [[p.name, p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest()] for p in files]

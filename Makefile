@@ -26,11 +26,14 @@ setup: .venv/.stamp
 	@touch $@
 
 # The benchmark data (data/manifest.yaml): verified in TALENTRL_DATA_DIR (default ../shared/data), missing files
-# fetched from their public sources at the pinned revisions.
+# fetched from their public sources at the pinned revisions (derived ones rebuilt from their pinned sources).
 data: setup
 	$(PY) -m pipeline.data
 
-demo: setup data
+# The demo needs only the files its run reads (TextWorld games are generated; the tiny model's tokenizer is
+# trained on 13 benchmark files): `pipeline.data --for` verifies and fetches just those.
+demo: setup
+	$(PY) -m pipeline.data --for experiment=demo
 	$(PY) -m pipeline.demo
 
 # dvc repro with the venv's dvc and python (stage commands run `python -m pipeline.run <stage> --params params.yaml`).

@@ -7,8 +7,11 @@ sha256 there and fetches what is missing from its public source at the pinned re
 
 * ``file`` entries: the file at ``<repo>@<revision>:<path>`` (raw download);
 * ``archive`` entries: ``git archive <revision> <folder> | xz -9e`` of the source repository (how the mirror built it);
-* ``derived`` entries (converted from another format): no single public file; the manifest's ``how`` says what was
-  done, and they come from a mirror only.
+* ``derived`` entries (converted from another format): their ``sources`` (each pinned by sha256) are fetched like
+  ``file`` entries and converted by ``benchdata_derive`` exactly as the manifest's ``how`` describes.
+
+``select`` picks the entries one run needs (a folder, a file, or ``tokenizer``: what the tiny model's tokenizer
+is trained on); ``require`` checks them present with their checksums before anything reads them.
 
 A reader that misses a file raises ``DataMissing``: the dataset, the path it expected, its source and ``make data``.
 """
@@ -21,9 +24,9 @@ import shutil
 import subprocess
 import tempfile
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 import yaml
 
@@ -42,6 +45,15 @@ class DataCorrupt(ValueError):
 
 
 @dataclass(frozen=True)
+class Source:
+    """One public file a derived entry is converted from, at the entry's repository and revision."""
+
+    path: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
 class Entry:
     path: str  # relative to the data folder
     kind: str  # file | archive | derived
@@ -52,6 +64,7 @@ class Entry:
     size: int
     licence: str
     how: str = ""
+    sources: tuple[Source, ...] = field(default=())
 
     @property
     def source(self) -> str:
@@ -64,7 +77,63 @@ def data_dir(value: Optional[str] = None) -> Path:
 
 def load_manifest(path: Path = MANIFEST) -> list[Entry]:
     rows = yaml.safe_load(path.read_text())["files"]
-    return [Entry(**r) for r in rows]
+    return [Entry(**{**r, "sources": tuple(Source(**x) for x in r.get("sources") or ())}) for r in rows]
+
+
+TOKENIZER = "tokenizer"
+
+
+def tokenizer_entries(entries: Optional[Sequence[Entry]] = None) -> list[Entry]:
+    """The files the tiny model's tokenizer is trained on, in the order it reads them: ALFWorld's grammar, the
+    trajectories (``*.jsonl`` then ``*.json``), then the QA questions (``qa/eval``, then ``qa/train``)."""
+    by_path = {e.path: e for e in (load_manifest() if entries is None else entries)}
+
+    def files(folder: str, suffix: str) -> list[str]:
+        return sorted(p for p in by_path if p.startswith(folder) and "/" not in p[len(folder):] and p.endswith(suffix))
+
+    order = ["alfworld/alfred.twl2", *files("trajectories/", ".jsonl"), *files("trajectories/", ".json"),
+             *files("qa/eval/", ".jsonl"), *files("qa/train/", ".jsonl")]
+    return [by_path[p] for p in order if p in by_path]
+
+
+def select(entries: Sequence[Entry], names: Iterable[str]) -> list[Entry]:
+    """The entries named: ``tokenizer``, a folder (``qa``, ``qa/eval``) or a file path; in manifest order.
+
+    >>> [e.path for e in select(load_manifest(), ["qa/train"])]
+    ['qa/train/stage_2.jsonl', 'qa/train/stage_1.jsonl']
+    """
+    wanted: set[str] = set()
+    for name in names:
+        name = name.strip().strip("/")
+        hits = ([e.path for e in tokenizer_entries(entries)] if name == TOKENIZER else
+                [e.path for e in entries if e.path == name or e.path.startswith(name + "/")])
+        if not hits:
+            folders = sorted({e.path.split("/")[0] for e in entries})
+            raise ValueError(f"no data file matches {name!r}: name {TOKENIZER!r}, a folder ({', '.join(folders)}, "
+                             f"or deeper) or a file of data/manifest.yaml")
+        wanted.update(hits)
+    return [e for e in entries if e.path in wanted]
+
+
+def require(root: Path, entries: Sequence[Entry], purpose: str) -> list[Path]:
+    """The paths of ``entries`` under ``root``, each verified present with its manifest sha256; otherwise
+    DataMissing (some absent) or DataCorrupt (all present, some with another checksum) naming every such file."""
+    root = Path(root)
+    state = status(root, entries)
+    missing = [p for p, s in state.items() if s == "missing"]
+    corrupt = [p for p, s in state.items() if s == "corrupt"]
+    fix = ("Run `make data` (fetches and verifies the benchmark data) or set TALENTRL_DATA_DIR to a verified "
+           "mirror")
+    if entries and len(missing) == len(entries):
+        raise DataMissing(f"data_dir={root} holds no benchmark data: none of the {len(entries)} files {purpose} reads "
+                          f"is there. {fix}")
+    if missing or corrupt:
+        what = ([f"missing: {', '.join(missing)}"] if missing else []) + (
+            [f"wrong sha256 (not the manifest's): {', '.join(corrupt)}"] if corrupt else [])
+        err = DataMissing if missing else DataCorrupt
+        raise err(f"data_dir={root}: {purpose} reads {len(entries)} files, "
+                  f"{len(entries) - len(missing) - len(corrupt)} verified; {'; '.join(what)}. {fix}")
+    return [root / e.path for e in entries]
 
 
 def entry_for(rel: str, manifest: Optional[list[Entry]] = None) -> Optional[Entry]:
@@ -109,7 +178,8 @@ def status(root: Path, entries: Iterable[Entry]) -> dict[str, str]:
 
 
 def fetch(e: Entry, root: Path, raw_url: str = RAW_URL, git_url: str = GIT_URL, timeout: float = 60) -> Path:
-    """Fetch one entry from its public source into ``root``, verified; written atomically."""
+    """Fetch one entry from its public source into ``root`` (a derived one: its sources, then converted), verified
+    against the manifest's sha256; written atomically."""
     dest = root / e.path
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
@@ -121,8 +191,9 @@ def fetch(e: Entry, root: Path, raw_url: str = RAW_URL, git_url: str = GIT_URL, 
         elif e.kind == "archive":
             _git_archive(git_url.format(repo=e.repo), e.revision, e.source_path, Path(tmp) / "src", part)
         else:
-            raise DataMissing(f"{e.path} is derived ({e.how}); it has no single public file: copy it from a mirror "
-                              f"(TALENTRL_DATA_DIR) or redo: {e.how}")
+            from .benchdata_derive import derive
+
+            derive(e, part, raw_url=raw_url, timeout=timeout)
         got = sha256(part)
         if got != e.sha256:
             raise DataCorrupt(f"{e.path}: fetched from {e.source} but its sha256 is {got}, the manifest says {e.sha256}")

@@ -50,25 +50,21 @@ CHAT_TEMPLATE = (
 def tokenizer_corpus(data_dir: str | Path, extra_texts: Iterable[str] = (), seed: int = 0, max_docs: int = 20000) -> list[str]:
     """Text for the tokenizer: ALFWorld grammar + trajectories, QA questions, prompt rules, extra texts.
 
-    Deterministic for a seed: files are read in sorted order and sub-sampled with ``random.Random(seed)``.
+    Read only from the manifest's files (``benchdata.tokenizer_entries``), each verified present with its sha256
+    first: a folder with any of them missing or different raises (DataMissing / DataCorrupt naming each file and
+    ``make data``) instead of training on less text than the documented runs. Deterministic for a seed: files are
+    read in sorted order and sub-sampled with ``random.Random(seed)``.
     """
-    data_dir = Path(data_dir)
-    if not (data_dir / "qa").is_dir() and not (data_dir / "alfworld").is_dir():
-        from .benchdata import DataMissing
+    from .benchdata import require, tokenizer_entries
 
-        raise DataMissing(
-            f"data_dir={data_dir} holds no benchmark data (no qa/ or alfworld/ folder): the tiny model's tokenizer is "
-            f"trained on its text, and a tokenizer built without it differs from the documented runs. Run `make data` "
-            f"(fetches and verifies it) or set TALENTRL_DATA_DIR to a mirror")
+    entries = tokenizer_entries()
+    files = require(Path(data_dir), entries, purpose="the tiny model's tokenizer")
     texts: list[str] = list(RULES.values())
-    grammar = data_dir / "alfworld" / "alfred.twl2"
-    if grammar.exists():
-        texts.append(grammar.read_text(errors="replace"))
-    traj = data_dir / "trajectories"
-    for f in sorted(traj.glob("*.jsonl")) + sorted(traj.glob("*.json")):
-        texts.append(f.read_text(errors="replace")[:3_000_000])
     qa_docs: list[str] = []
-    for f in sorted((data_dir / "qa" / "eval").glob("*.jsonl")) + sorted((data_dir / "qa" / "train").glob("*.jsonl")):
+    for e, f in zip(entries, files):
+        if not e.path.startswith("qa/"):  # ALFWorld's grammar, the trajectories: whole files
+            texts.append(f.read_text(errors="replace")[:3_000_000])
+            continue
         for line in f.read_text(errors="replace").splitlines():
             try:
                 row = json.loads(line)

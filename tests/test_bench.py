@@ -48,18 +48,65 @@ def test_bench_retrieval_prints_the_speedup(tmp_path):
     assert "speed-up" in stdout
 
 
-def test_bench_mfu_prints_both_precisions(tmp_path):
-    res = tmp_path / "mfu.json"
-    stdout = _run("bench_mfu.py", "--threads", "1", "--hidden", "64", "--layers", "2", "--ffn", "128", "--batch", "2",
-                  "--length", "32", "--eval-batch", "2", "--new-tokens", "2", "--repeats", "1", "--json", str(res),
-                  tmp_path=tmp_path)
-    assert "bf16/fp32" in stdout
-    rows = json.loads(res.read_text())["rows"]
-    assert set(rows) == {"sft_step", "rl_update", "eval_prefill", "eval_decode"}
-    assert all(r["fp32_gflops"] > 0 and r["bf16_gflops"] > 0 for r in rows.values())
-    assert "eager/sdpa" in stdout
-    attn = json.loads(res.read_text())["attention"]
-    assert set(attn) == {"sdpa", "eager"} and all(v["sft_step_s"] > 0 for v in attn.values())
+def _load_bench(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_bench_mfu_counts_flops_and_reports_both_precisions(tmp_path, monkeypatch, capsys):
+    """Timing-free: every loop runs once for real (an API break still fails here), but the clock is replaced by fixed
+    seconds per loop, so each reported GFLOP/s is the analytic FLOP count over that time, exactly, under any load."""
+    import torch
+
+    mod = _load_bench("bench_mfu")
+    seconds = {"sft": 1e-3, "rl": 2e-3, "prefill": 1e-3, "decode": 3e-3}
+    calls: list[str] = []
+
+    def label(name, fn):
+        def wrapped(*a, **k):
+            calls.append(("rl" if k.get("rl") else "sft") if name == "sft" else name)
+            return fn(*a, **k)
+        return wrapped
+
+    def fixed_clock(fn, repeats):
+        calls.clear()
+        fn()
+        return seconds[calls[0]]
+
+    for name, attr in (("sft", "sft_step"), ("prefill", "prefill"), ("decode", "decode")):
+        monkeypatch.setattr(mod, attr, label(name, getattr(mod, attr)))
+    monkeypatch.setattr(mod, "timed", fixed_clock)
+    monkeypatch.setattr(mod, "matmul_peak", lambda dtype, repeats: 100.0 if dtype == torch.float32 else 50.0)
+    threads = torch.get_num_threads()
+    try:
+        assert mod.main(["--threads", "1", "--hidden", "64", "--layers", "2", "--ffn", "128", "--batch", "2",
+                         "--length", "32", "--eval-batch", "2", "--new-tokens", "2", "--json", str(tmp_path / "m.json")]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    stdout = capsys.readouterr().out
+    assert "bf16/fp32" in stdout and "eager/sdpa" in stdout
+    report = json.loads((tmp_path / "m.json").read_text())
+    # Qwen2 64 x 2, 4 heads (2 KV heads of 16), ffn 128, vocab 2048 tied: per layer q,o 64x64, k,v 64x32, 3 MLP
+    # 64x128 = 36,864 matmul weights; 2 layers + the 2048x64 head = 204,800. Forward FLOPs per token at context c:
+    # 2 * 204,800 + 2 * layers * c * hidden; training = 3x forward; batch 2 x 32 tokens at mean context 16.
+    fwd = lambda ctx: 2 * 204_800 + 2 * 2 * ctx * 64  # noqa: E731
+    train, prefill, decode = 3 * fwd(16) * 2 * 32, fwd(16) * 2 * 32, fwd(32) * 2
+    gflops = {"sft_step": train / 1e-3, "rl_update": train / 2e-3, "eval_prefill": prefill / 1e-3,
+              "eval_decode": decode / ((3e-3 - 1e-3) / 2)}
+    assert set(report["rows"]) == set(gflops)
+    for loop, flops_per_s in gflops.items():
+        row = report["rows"][loop]
+        assert row["fp32_gflops"] == row["bf16_gflops"] == round(flops_per_s / 1e9, 1), loop
+        assert row["fp32_mfu"] == round(flops_per_s / 1e9 / 100.0, 3) and row["bf16_mfu"] == round(flops_per_s / 1e9 / 50.0, 3)
+        assert row["bf16_over_fp32"] == 1.0
+    assert report["peak_gflops"] == {"float32": 100.0, "bfloat16": 50.0}
+    assert report["attention"] == {k: {"sft_step_s": 0.001, "prefill_s": 0.001} for k in ("sdpa", "eager")}
+    model = mod.build_model(mod.argparse.Namespace(vocab=2048, hidden=64, ffn=128, layers=2))
+    assert mod.matmul_params(model) == 204_800 and mod.fwd_flops_per_token(model, 16) == fwd(16)
 
 
 def test_bench_stages_compares_before_and_today(tmp_path, shared_data):

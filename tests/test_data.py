@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import urllib.error
 from pathlib import Path
 
 import pytest
@@ -56,11 +57,11 @@ def test_fetch_verifies_checksums_and_writes_atomically(tmp_path, shared_data):
         with pytest.raises(benchdata.DataCorrupt, match="bamboogle.jsonl.*sha256"):
             benchdata.fetch(e, tmp_path / "data2", raw_url=url)
         assert not (tmp_path / "data2" / e.path).exists() and not list((tmp_path / "data2" / "qa" / "eval").iterdir())
+        derived = next(x for x in benchdata.load_manifest() if x.kind == "derived")
+        with pytest.raises(urllib.error.HTTPError, match="404"):  # its pinned sources are fetched (here: absent)
+            benchdata.fetch(derived, tmp_path / "data3", raw_url=url)
     finally:
         server.shutdown()
-    derived = next(x for x in benchdata.load_manifest() if x.kind == "derived")
-    with pytest.raises(benchdata.DataMissing, match="derived"):
-        benchdata.fetch(derived, tmp_path / "data3")
 
 
 def test_make_data_offline_reports_missing_and_corrupt_files(tmp_path, shared_data):
@@ -96,3 +97,57 @@ def test_a_ci_run_without_data_fails_naming_make_data(tmp_path):
                            "tests/test_data.py::test_manifest_names_source_revision_checksum_licence_for_every_mirror_file"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "1 skipped" in proc.stdout and "make data" in proc.stdout
+
+
+def _tokenizer_files(src: Path, dest: Path) -> Path:
+    for e in benchdata.tokenizer_entries():
+        (dest / e.path).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / e.path, dest / e.path)
+    return dest
+
+
+def test_tokenizer_corpus_is_the_manifest_files_verified(tmp_path, shared_data):
+    entries = benchdata.tokenizer_entries()
+    assert len(entries) == 13 and entries[0].path == "alfworld/alfred.twl2"
+    assert {e.path.split("/")[0] for e in entries} == {"alfworld", "trajectories", "qa"}
+    data = _tokenizer_files(shared_data, tmp_path / "data")
+    (data / "qa" / "eval" / "extra.jsonl").write_text('{"question": "an unlisted file is never read"}\n')
+    corpus = tokenizer_corpus(data)
+    assert corpus == tokenizer_corpus(shared_data) and len(corpus) == 13131
+    assert "an unlisted file is never read" not in corpus
+
+
+def test_tokenizer_refuses_a_data_dir_missing_a_file_or_with_a_corrupt_one(tmp_path, shared_data):
+    data = _tokenizer_files(shared_data, tmp_path / "data")
+    (data / "qa" / "train" / "stage_2.jsonl").unlink()
+    with pytest.raises(benchdata.DataMissing, match=r"12 verified; missing: qa/train/stage_2.jsonl\. Run `make data`"):
+        tokenizer_corpus(data)
+    for f in (data / "qa" / "eval").iterdir():  # the old guard passed any data dir with a qa/ folder
+        f.unlink()
+    with pytest.raises(benchdata.DataMissing, match="missing: qa/eval/2wiki_500.jsonl, .*qa/train/stage_2.jsonl"):
+        tokenizer_corpus(data)
+    data = _tokenizer_files(shared_data, tmp_path / "data2")
+    with open(data / "trajectories" / "alfworld_3prompts.json", "r+b") as f:
+        f.write(b"X")  # same size, one byte changed
+    with pytest.raises(benchdata.DataCorrupt, match=r"wrong sha256 .*: trajectories/alfworld_3prompts.json\. Run `make data`"):
+        tokenizer_corpus(data)
+
+
+def test_make_data_for_an_experiment_checks_only_what_it_reads(tmp_path, shared_data):
+    from pipeline.data import needed_for
+
+    assert needed_for(["experiment=demo"]) == ["tokenizer"]
+    assert needed_for(["experiment=webshop"]) == ["webshop", "tokenizer"]
+    assert needed_for(["experiment=gpu"]) == ["alfworld"]
+    data = _tokenizer_files(shared_data, tmp_path / "data")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "pipeline.data", "--offline", "--dir", str(data), *a],  # noqa: E731
+                                    cwd=ROOT, capture_output=True, text=True)
+    proc = run("--for", "experiment=demo")
+    assert proc.returncode == 0 and "13 verified, 0 fetched, 0 missing or corrupt (of 13)" in proc.stdout, proc.stderr
+    proc = run("--only", "qa/train", "trajectories")
+    assert proc.returncode == 0 and "(of 5)" in proc.stdout, proc.stderr
+    proc = run()
+    assert proc.returncode == 1 and "16 missing or corrupt (of 29)" in proc.stderr
+    assert "webshop/minimal_documents_1000.jsonl: missing" in proc.stderr
+    proc = run("--only", "nothing/here")
+    assert proc.returncode == 1 and "no data file matches 'nothing/here'" in proc.stderr

@@ -143,4 +143,6 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    from pipeline.errors import named_errors  # one named line, not a traceback (TALENTRL_TRACEBACK=1 shows it)
+
+    raise SystemExit(named_errors("bench_webshop")(main)())

@@ -53,13 +53,7 @@ def _fields_of(path: str) -> list[str] | None:
 
 def _is_mapping(path: str) -> bool:
     """Whether the dotted path is a dict-valued field of the schema (its keys are data, not config keys)."""
-    section, _, leaf = path.rpartition(".")
-    if not leaf or _fields_of(section) is None:
-        return False
-    cls = TalentRLConfig
-    for part in [p for p in section.split(".") if p]:
-        cls = type({f.name: f for f in dataclasses.fields(cls)}[part].default_factory())
-    f = {f.name: f for f in dataclasses.fields(cls)}.get(leaf)
+    f = _field(path)
     return f is not None and callable(f.default_factory) and isinstance(f.default_factory(), dict)
 
 
@@ -67,8 +61,52 @@ def _group_choices(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+def _field(path: str) -> dataclasses.Field | None:
+    """The schema's field at a dotted path (``eval.n_by_panel``), or None when the path is no field."""
+    section, _, leaf = path.rpartition(".")
+    if _fields_of(section) is None:
+        return None
+    cls = TalentRLConfig
+    for part in [p for p in section.split(".") if p]:
+        cls = type({f.name: f for f in dataclasses.fields(cls)}[part].default_factory())
+    return {f.name: f for f in dataclasses.fields(cls)}.get(path.rpartition(".")[2])
+
+
+def accepted_forms(key: str) -> str:
+    """How a list- or dict-valued field is given on the command line ('' for any other key).
+
+    >>> accepted_forms("eval.panels")
+    'eval.panels is a list (list[str]): give eval.panels=[a,b,...]'
+    >>> accepted_forms("eval.n_by_panel").split(": ")[0], accepted_forms("sft.lr")
+    ('eval.n_by_panel is a mapping (dict[str, int])', '')
+    """
+    f = _field(key)
+    kind = type(f.default_factory()) if f is not None and callable(f.default_factory) else None
+    if kind is dict:
+        return f"{key} is a mapping ({f.type}): give {key}={{name: value, ...}}, {key}.name=value or +{key}.name=value"
+    if kind is list:
+        return f"{key} is a list ({f.type}): give {key}=[a,b,...]"
+    return ""
+
+
+def _explain_merge(msg: str, cause: str) -> str | None:
+    """``Error merging override k=v`` with OmegaConf's cause: the key, the value and what it accepts."""
+    mo, mk = re.search(r"Error merging override (\S+?)=(.*)", msg), re.search(r"full_key: ([\w.]+)", cause)
+    if not mo or not mk:
+        return None
+    key, value = mk.group(1), mo.group(2)
+    if "incompatible container types" in cause:
+        forms = accepted_forms(key) or accepted_forms(key.rpartition(".")[0])
+        return f"{key}={value}: the wrong kind of value; {forms}" if forms else None
+    conv = re.search(r"(Value '.*' of type '\w+' could not be converted to \w+)", cause)
+    return f"{key}={value}: {conv.group(1)}" if conv else None
+
+
 def _explain(err: Exception, overrides: Sequence[str]) -> str:
     msg = str(err)
+    merged = _explain_merge(msg, str(err.__cause__ or ""))
+    if merged:
+        return merged
     m = re.search(r"Key '([^']+)' (?:is )?not in (?:struct|'?(\w+)'?)", msg) or re.search(
         r"Could not override '([^']+)'", msg
     )
@@ -85,6 +123,16 @@ def _explain(err: Exception, overrides: Sequence[str]) -> str:
         choices = _fields_of(parent)
         if choices is not None and leaf not in choices:
             return f"unknown config key '{full_key}'; valid keys of '{parent or '<root>'}': {', '.join(choices)}"
+        forms = accepted_forms(full_key) or accepted_forms(parent)
+        if forms and "Could not override" in msg:
+            return f"could not override '{full_key}'; {forms}"
+    ma = re.search(r"An item is already at '([^']+)'", msg)
+    if ma:
+        key = ma.group(1)
+        o = next((o for o in overrides if o.startswith("+") and o.lstrip("+").partition("=")[0].strip() == key), "")
+        value = o.partition("=")[2]
+        return (f"{o or '+' + key}: {key} is already in the config and a single + only adds new keys; "
+                f"write {key}={value} (or ++{key}={value})")
     mg = re.search(r"Could not find '(\w+)/(\w+)'", msg) or re.search(r"In '(\w+)': Could not find '(\w+)'", msg)
     if mg and mg.group(1) in GROUPS:
         return f"unknown choice '{mg.group(2)}' for config group '{mg.group(1)}'; choices: {', '.join(_group_choices(mg.group(1)))}"
@@ -94,9 +142,45 @@ def _explain(err: Exception, overrides: Sequence[str]) -> str:
             return f"unknown choice '{v}' for config group '{g}'; choices: {', '.join(_group_choices(g))}"
     lines = [ln for ln in msg.splitlines() if ln.strip()]
     detail = [ln.strip() for ln in lines if "expected one of" in ln or "Value '" in ln]
+    opts = re.search(r"Available options in '([^']+)':\n(.*?)(?:\nConfig search path|$)", msg, re.DOTALL)
+    if opts:  # a group of Hydra's own (hydra/launcher=nope): its choices
+        detail.append(f"choices of {opts.group(1)}: {', '.join(opts.group(2).split())}")
     cause = str(err.__cause__) if err.__cause__ else ""
     detail += [ln.strip() for ln in cause.splitlines() if "expected one of" in ln]
     return "; ".join(dict.fromkeys(lines[:1] + detail)) if lines else type(err).__name__
+
+
+def _in_mapping(key: str) -> bool:
+    """Whether ``key`` is a dict field of the schema (``eval.n_by_panel``) or one entry of it."""
+    return _is_mapping(key) or _is_mapping(key.rpartition(".")[0])
+
+
+def open_mappings(args: Sequence[str]) -> list[str]:
+    """``eval.n_by_panel={a: 1}`` and ``eval.n_by_panel.a=1`` as ``++…``: a dict field starts empty and closed in the
+    schema, so Hydra refuses a plain override of it ("Could not override"); ``++`` merges the entries into it, as a
+    plain override of a dict does. Every other argument is returned as it is.
+
+    >>> open_mappings(["eval.n_by_panel={webshop: 30}", "eval.n_by_panel.qa_nq=5", "sft.lr=1e-3", "-m"])
+    ['++eval.n_by_panel={webshop: 30}', '++eval.n_by_panel.qa_nq=5', 'sft.lr=1e-3', '-m']
+    """
+    out = []
+    for a in args:
+        key, eq, _ = a.partition("=")
+        out.append(f"++{a}" if eq and key and key[0] not in "+~-" and _in_mapping(key.strip()) else a)
+    return out
+
+
+def hydra_output_dir(stage: str, overrides: Sequence[str], multirun: bool) -> Path:
+    """Hydra's run folder for these overrides (``hydra.run.dir``, with ``multirun`` ``hydra.sweep.dir``)."""
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(CONF_DIR), job_name=stage):
+            cfg = compose(config_name="config", overrides=list(open_mappings(overrides)), return_hydra_config=True)
+        return Path(str(OmegaConf.select(cfg, "hydra.sweep.dir" if multirun else "hydra.run.dir")))
+    except (HydraException, OmegaConfBaseException) as e:  # a hydra.* override (hydra/launcher=nope)
+        raise ConfigError(_explain(e, overrides)) from e
+    finally:
+        GlobalHydra.instance().clear()
 
 
 def check_added_keys(overrides: Sequence[str]) -> None:
@@ -119,6 +203,7 @@ def check_added_keys(overrides: Sequence[str]) -> None:
 
 def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -> TalentRLConfig:
     """Compose ``conf/`` with Hydra overrides into a validated ``TalentRLConfig`` (plain dataclasses)."""
+    overrides = open_mappings(overrides)
     check_added_keys(overrides)
     GlobalHydra.instance().clear()
     try:

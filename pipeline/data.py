@@ -2,9 +2,12 @@
 
     python -m pipeline.data                 # verify the data folder; fetch what is missing from its public source
     python -m pipeline.data --offline       # verify only (a mirror: TALENTRL_DATA_DIR, default ../shared/data)
+    python -m pipeline.data --for experiment=demo   # only what a run with these Hydra overrides reads
+    python -m pipeline.data --only tokenizer qa/eval # only these (``tokenizer``, folders or files of the manifest)
     python -m pipeline.data --write-manifest ../shared/data   # maintainers: rebuild the manifest from a mirror
 
-Exit 0 when every file is there with its checksum, 1 otherwise (each problem named on stderr).
+Exit 0 when every file is there with its checksum, 1 otherwise (each problem named on stderr). A missing ``derived``
+file is rebuilt from its pinned public sources (``talentrl_core.benchdata_derive``).
 """
 
 from __future__ import annotations
@@ -21,6 +24,33 @@ from talentrl_core import benchdata
 
 SOURCE = re.compile(r"\*\*Source:\*\* ([\w.-]+/[\w.-]+)@([0-9a-f]{40})(.*)")
 LICENCE = re.compile(r"\*\*Original dataset licence \(commonly cited\):\*\* (.*)")
+
+
+# The data folders each environment family reads (an eval panel ``alfworld_valid_seen`` is family ``alfworld``).
+ENV_FOLDERS = {"textworld": [], "alfworld": ["alfworld"], "qa": ["qa"], "webshop": ["webshop"]}
+
+
+def needed_for(overrides: Sequence[str]) -> list[str]:
+    """What a run composed with these Hydra overrides reads from the data folder: its env's and eval panels'
+    folders, plus ``tokenizer`` (the files the tiny model's tokenizer is trained on) when ``model.kind=tiny``.
+
+    >>> needed_for(["experiment=demo"])
+    ['tokenizer']
+    """
+    from .config import load_config
+
+    cfg = load_config(list(overrides))
+    families = {str(cfg.env.name)} | {str(p).split("_")[0] for p in cfg.eval.panels}
+    names = sorted({f for fam in families for f in ENV_FOLDERS.get(fam, [fam])})
+    return names + ([benchdata.TOKENIZER] if str(cfg.model.kind) == "tiny" else [])
+
+
+def wanted(only: Sequence[str] | None, for_run: Sequence[str] | None) -> list[benchdata.Entry]:
+    """The manifest entries to verify and fetch: all, or those ``--only`` names, or those ``--for`` a run needs."""
+    entries = benchdata.load_manifest()
+    if only is None and for_run is None:
+        return entries
+    return benchdata.select(entries, [*(only or []), *(needed_for(for_run) if for_run is not None else [])])
 
 
 def manifest_from_mirror(mirror: Path) -> list[dict]:
@@ -41,9 +71,12 @@ def manifest_from_mirror(mirror: Path) -> list[dict]:
         elif cur is not None and (m := LICENCE.search(line)):
             cur["licence"] = m.group(1).split(" (")[0].split(". ")[0][:120]
     out = []
+    kept = {e.path: e.sources for e in benchdata.load_manifest()} if benchdata.MANIFEST.exists() else {}
     for r in rows:
         f = mirror / r["path"]
         out.append({**r, "sha256": benchdata.sha256(f), "size": f.stat().st_size, "licence": r.get("licence", "see MANIFEST.md")})
+        if r.get("kind") == "derived" and kept.get(r["path"]):  # pinned source files: MANIFEST.md does not list them
+            out[-1]["sources"] = [vars(s) for s in kept[r["path"]]]
     return out
 
 
@@ -53,6 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--offline", action="store_true", help="verify only; never download")
     p.add_argument("--write-manifest", type=Path, metavar="MIRROR", help="rebuild data/manifest.yaml from a mirror")
     p.add_argument("-q", "--quiet", action="store_true")
+    p.add_argument("--only", nargs="+", metavar="NAME", help="only these: tokenizer, a folder (qa/eval) or a file")
+    p.add_argument("--for", dest="for_run", nargs="+", metavar="OVERRIDE",
+                   help="only what a run with these Hydra overrides reads (e.g. experiment=demo)")
     args = p.parse_args(argv)
     if args.write_manifest:
         rows = manifest_from_mirror(args.write_manifest)
@@ -62,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"wrote {benchdata.MANIFEST} ({len(rows)} files)")
         return 0
     root = benchdata.data_dir(str(args.dir) if args.dir else None)
-    entries = benchdata.load_manifest()
+    entries = wanted(args.only, args.for_run)
     state = benchdata.status(root, entries)
     bad = []
     for e in entries:
@@ -84,4 +120,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from pipeline.errors import named_errors  # one named line instead of a traceback (TALENTRL_TRACEBACK=1 shows it)
+
+    sys.exit(named_errors("pipeline.data")(main)())

@@ -10,18 +10,20 @@ Users, the Dagster assets (through ``talentrl_core.stages``) and DVC all run a s
 After the stage name the command line is Hydra's (``--cfg``, ``--info``, ``-m``, ``hydra.*`` overrides, launcher and
 sweeper plugins). Every override is composed and validated before anything runs: a bad key or value exits 2 with
 ``config error: ...`` naming the key and the choices (every combination of a sweep is checked first). A multirun
-job writes to ``<artifacts_dir>/multirun/<time>/<n>`` with the stage's inputs linked from ``<artifacts_dir>``.
+job writes to ``<artifacts_dir>/multirun/<time>/<n>`` with the stage's inputs linked from ``<artifacts_dir>``; every
+path derived from ``artifacts_dir`` (``library.uri``, ``env.cache_dir``) follows the job's folder.
 
 Stdout carries only the stage's JSON metadata (one document per job; logs go to stderr). Exit codes: 0 done;
-1 a named failure (``<stage>: error: ...``; ``TALENTRL_TRACEBACK=1`` shows the traceback); 2 the config or the command
-line is wrong; 3 the stage is not built yet. Offline by default: HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE and
+1 a named failure: any exception of the stage or of Hydra's setup (an artifacts folder that is a file or read-only is
+checked before Hydra makes its run folder in it) ends in one line ``<stage>: error: [Type: ]...``
+(``TALENTRL_TRACEBACK=1`` shows the traceback); 2 the config or the command line is wrong; 3 the stage is not built
+yet. Offline by default: HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE and
 WANDB_MODE=offline are set unless the environment already sets them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .env import offline_defaults
+from .errors import named_errors, report
 
 STAGE_DOC = {
     "collect": "roll out a policy on training tasks -> artifacts/trajectories",
@@ -37,6 +40,8 @@ STAGE_DOC = {
     "rl": "routing + execution RL from the SFT checkpoint -> artifacts/models/rl",
     "evaluate": "fixed panels, baselines, report -> artifacts/eval",
 }
+INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
+"Hydra flags that print something and run no job (no run folder is made for them)."
 # Hydra flags that take a value (the value is not an override)
 VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn", "--config-dir", "-cd",
                "--experimental-rerun"}
@@ -56,6 +61,7 @@ def usage() -> str:
     )
 
 
+@named_errors("pipeline.run")
 def main(argv: Sequence[str] | None = None) -> int:
     offline_defaults()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -101,9 +107,10 @@ def _with_hydra(stage: str, rest: list[str]) -> int:
     import hydra
 
     from . import sweep
-    from .config import CONF_DIR, refuse
+    from .config import CONF_DIR, open_mappings, refuse
 
     multirun = "-m" in rest or "--multirun" in rest
+    rest = open_mappings(rest)  # eval.n_by_panel={a: 1} -> ++eval.n_by_panel={a: 1}: a dict field takes new keys
     overrides = _overrides_of(rest)
     try:
         combos = sweep.expand(overrides) if multirun else [overrides]
@@ -113,38 +120,79 @@ def _with_hydra(stage: str, rest: list[str]) -> int:
         err = _check(combos)
         if err:
             return refuse(err)
+    if not (INFO_FLAGS & set(rest)):
+        try:
+            _prepare_output_dir(stage, combos[0] if combos else [], multirun)
+        except Exception as e:  # a config error (an unknown hydra/launcher) exits 2, anything else 1
+            return report(stage, e)
     codes: list[int] = []
 
     @hydra.main(config_path=str(CONF_DIR), config_name="config")
     def task(cfg) -> None:
-        codes.append(_hydra_job(stage, cfg, multirun))
+        try:
+            codes.append(_hydra_job(stage, cfg, multirun))
+        except Exception as e:  # one named line, not Hydra's traceback
+            codes.append(report(stage, e))
 
-    saved = sys.argv
+    saved, saved_full = sys.argv, os.environ.get("HYDRA_FULL_ERROR")
     sys.argv = [f"pipeline.run {stage}", f"hydra.job.name={stage}", *rest]
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra's own failures reach named_errors, not Hydra's traceback printer
     try:
         task()
     finally:
         sys.argv = saved
+        if saved_full is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = saved_full
     return max(codes, default=0)
+
+
+def _prepare_output_dir(stage: str, overrides: Sequence[str], multirun: bool) -> None:
+    """Create the parent of Hydra's run folder (``hydra.run.dir``; with ``-m`` ``hydra.sweep.dir``; both under
+    ``artifacts_dir`` by default) before Hydra starts, so that an artifacts folder that is a file, a broken link or
+    read-only fails here with an ``OSError`` naming it, not inside Hydra."""
+    from .config import hydra_output_dir
+
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    out = hydra_output_dir(stage, overrides, multirun)
+    problem = unwritable(out.parent)
+    if problem:
+        raise OSError(f"{problem}: cannot create the run folder {out} ({key}, under artifacts_dir); point "
+                      "artifacts_dir (or TALENTRL_ARTIFACTS_DIR) at a writable folder")
+
+
+def unwritable(folder: Path) -> str | None:
+    """Why ``folder`` cannot be created or written to (None: it can, and now exists)."""
+    for p in [folder, *folder.parents]:
+        if p.is_symlink() and not p.exists():
+            return f"{p} is a broken link (to {os.readlink(p)})"
+        if p.exists() and not p.is_dir():
+            return f"{p} is a file, not a folder"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"{e.filename or folder}: {e.strerror or e}"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable"
+    return None
 
 
 def _hydra_job(stage: str, cfg, multirun: bool) -> int:
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
 
     from . import sweep
     from .config import refuse
 
-    try:
-        obj = OmegaConf.to_object(cfg)
+    run_dir = Path(HydraConfig.get().runtime.output_dir) if multirun else None
+    try:  # a multirun job: every path derived from artifacts_dir (library.uri, env.cache_dir) follows its folder
+        main_dir, obj = sweep.job_config(cfg, run_dir)
     except ValueError as e:
         return refuse(e)
-    if multirun:
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-        linked = sweep.link_inputs(stage, Path(obj.artifacts_dir), run_dir)
-        print(f"{stage}: job {HydraConfig.get().job.num} writes to {run_dir} (inputs linked: {', '.join(linked) or 'none'})",
-              file=sys.stderr)
-        obj = dataclasses.replace(obj, artifacts_dir=str(run_dir))
+    if run_dir is not None:
+        linked = sweep.link_inputs(stage, main_dir, run_dir)
+        print(f"{stage}: job {HydraConfig.get().job.num} writes to {run_dir} (inputs linked: "
+              f"{', '.join(linked) or 'none'})", file=sys.stderr)
     return run_stage(stage, obj, indent=None if multirun else 2)
 
 
@@ -156,6 +204,7 @@ def _from_params(stage: str, rest: list[str]) -> int:
 
     from . import sweep
     from .config import ConfigError, config_from_values, differences, load_config, refuse, to_plain
+    from .params import restore_hint
 
     i = rest.index("--params")
     extra = rest[:i] + rest[i + 2:]
@@ -166,10 +215,13 @@ def _from_params(stage: str, rest: list[str]) -> int:
     path = Path(rest[i + 1])
     try:
         values, overrides = sweep.read_params(path)
-        cfg = config_from_values(values, str(path))
-        composed = load_config(overrides)
     except ConfigError as e:
         return refuse(e)
+    try:
+        cfg = config_from_values(values, str(path))
+        composed = load_config(overrides)
+    except ConfigError as e:  # the value stays in the file: say so, and how to restore it
+        return refuse(f"{e}; {restore_hint(path, overrides)}")
     edits = differences(composed, cfg)
     if edits:
         shown = ", ".join(f"{k}={v[1]!r} (conf/ gives {v[0]!r})" for k, v in list(edits.items())[:12])
@@ -182,7 +234,7 @@ def _from_params(stage: str, rest: list[str]) -> int:
 
 def run_stage(stage: str, cfg, indent: int | None = 2) -> int:
     """Run one stage on a validated config; prints its JSON metadata on stdout and returns the exit code."""
-    from talentrl_core.stages import STAGES, CollectFailed, StageNotBuilt
+    from talentrl_core.stages import STAGES, StageNotBuilt
 
     try:
         with stdout_to_stderr():
@@ -190,11 +242,8 @@ def run_stage(stage: str, cfg, indent: int | None = 2) -> int:
     except StageNotBuilt:
         print(f"stage {stage} is not built yet", file=sys.stderr)
         return 3
-    except (CollectFailed, FileNotFoundError, OSError, ValueError) as e:  # named failures: one clear line, exit 1
-        if os.environ.get("TALENTRL_TRACEBACK"):
-            raise
-        print(f"{stage}: error: {e}\n(set TALENTRL_TRACEBACK=1 for the traceback)", file=sys.stderr)
-        return 1
+    except Exception as e:  # any failure: one named line, exit 1 (TALENTRL_TRACEBACK=1 re-raises)
+        return report(stage, e)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun / accelerate launch only the main process prints
         print(json.dumps(meta, indent=indent, sort_keys=True, default=str), flush=True)
     return 0

@@ -12,6 +12,9 @@ Then ``<out>/seed<N>/`` gets each seed's ``metrics.json`` and ``episodes.jsonl``
 the per-seed and pooled exact McNemar tests of ``talentrl`` vs ``flat_grpo`` (and vs ``talent_sft`` where seed 0
 has it) on every (seed, task) pair. ``--pool-only`` recomputes ``pooled.json`` from ``<out>`` alone.
 
+A negative seed or a ``--from`` that is not a folder is refused by name before any folder is made; every failure
+ends in one line ``pipeline.seeds: error: …`` (``TALENTRL_TRACEBACK=1`` shows the traceback).
+
 ``--redraw sft`` replicates the SFT draw instead (the demo's router is learned fully, partly or not at all depending
 on it: docs/talents.md §11): ``<from>/sft_seeds/seed<N>`` links trajectories, library and base model only, and runs
 sft (``sft.seed=N``), rl (both systems) and evaluate (every system), so each draw has its own talent_sft and
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .env import offline_defaults
+from .errors import named_errors
 
 LINKED = ("trajectories", "library", "models/base", "models/sft", "cache")
 "What a replicate shares with the main run (read-only for the rl and evaluate stages)."
@@ -107,6 +111,20 @@ def pooled(out: Path, pairs: Sequence[tuple[str, str]] = PAIRS) -> dict:
     return result
 
 
+def check_args(src: Path, seeds: Sequence[int], pool_only: bool) -> None:
+    """Refuse, by name and before any folder is made, what would run nothing or write beside the main run."""
+    bad = [s for s in seeds if s < 0]
+    if bad:
+        raise ValueError(f"--seeds {' '.join(map(str, bad))}: a seed is 0 (the main run itself) or more")
+    if pool_only:
+        return
+    if not src.is_dir():
+        what = "is a file, not a folder" if src.exists() else "does not exist"
+        raise FileNotFoundError(f"--from {src}: {what}; give the main run's artifacts folder (its eval is seed 0, "
+                                "its models/sft the replicates' start)")
+
+
+@named_errors("pipeline.seeds")
 def main(argv: Sequence[str] | None = None) -> int:
     offline_defaults()
     p = argparse.ArgumentParser(prog="python -m pipeline.seeds", description=__doc__.split("\n")[0])
@@ -119,7 +137,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", help="Hydra overrides of the main run, e.g. experiment=demo")
     args = p.parse_args(argv)
     src, out = Path(args.src), Path(args.out)
+    check_args(src, args.seeds, args.pool_only)
     if not args.pool_only:
+        from .config import load_config
+
+        load_config(args.overrides)  # a bad override is refused before any replicate folder is made
         evals = {0: src / "eval"} | {s: run_replicate(src, s, args.overrides, args.redraw) for s in args.seeds if s != 0}
         for s, ev in sorted(evals.items()):
             for name in ("metrics.json", "episodes.jsonl"):

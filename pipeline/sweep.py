@@ -62,6 +62,24 @@ def link_inputs(stage: str, base: Path, run_dir: Path) -> list[str]:
     return linked
 
 
+def job_config(cfg, run_dir: Path | None = None):
+    """(the main artifacts folder, the job's ``TalentRLConfig``) of a composed Hydra config. For a multirun job
+    (``run_dir`` given) ``artifacts_dir`` is replaced in the composed config before it is resolved, so every value
+    interpolated from it (``library.uri``, ``env.cache_dir``, an experiment's own paths) follows the job's folder;
+    values given explicitly stay. Replacing the field of the resolved config instead left ``library.uri`` on the
+    main library, so a sweep of ``distill`` wrote its versions there."""
+    import copy
+
+    from omegaconf import OmegaConf, open_dict, read_write
+
+    main_dir = Path(str(cfg.artifacts_dir))
+    if run_dir is not None:
+        cfg = copy.deepcopy(cfg)
+        with read_write(cfg), open_dict(cfg):
+            cfg.artifacts_dir = str(run_dir)
+    return main_dir, OmegaConf.to_object(cfg)
+
+
 def read_params(path: Path) -> tuple[dict, list[str]]:
     """(config values, overrides) of a params.yaml written by ``pipeline.params`` (and maybe edited by
     ``dvc exp run -S``). A missing or unreadable file raises ``ConfigError`` naming it."""

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from pipeline.errors import named_errors
+
 
 def talent_matrix(cfg, checkpoint: str, n: int) -> tuple[list[dict], dict]:
     from talentrl_core.agent import load_policy
@@ -50,6 +52,7 @@ def summarise(rows: list[dict], checkpoint: str) -> dict:
             "best_minus_mean": gap, "oracle_minus_random_bound": round(sum(gap.values()) / max(1, len(gap)), 4)}
 
 
+@named_errors("pipeline.talent_matrix")
 def main(argv: Sequence[str] | None = None) -> int:
     from pipeline.config import ConfigError, load_config, refuse
     from talentrl_core.io import write_json, write_text

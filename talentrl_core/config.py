@@ -547,6 +547,9 @@ class EvalConfig:
         check_ranges("eval", self, n_per_panel=("0 (every task) or more", lambda v: v >= 0), avg_k=_NON_NEGATIVE)
         if not 0.0 <= self.max_error_share <= 1.0:
             raise ValueError(f"eval.max_error_share={self.max_error_share}: give a share in [0, 1]")
+        for panel, n in self.n_by_panel.items():  # +/++ forms add entries too: each is checked like n_per_panel
+            if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+                raise ValueError(f"eval.n_by_panel.{panel}={n!r}: must be a task count, 0 (every task) or more")
         stray = sorted(set(self.n_by_panel) - set(self.panels))
         if stray:
             raise ValueError(f"eval.n_by_panel names {stray}, which are not in eval.panels {list(self.panels)}")

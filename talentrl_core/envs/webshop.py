@@ -66,6 +66,10 @@ class WebShopCatalogue:
         instructions = load_instructions(cfg.webshop_instructions)
         self.seed = cfg.webshop_seed
         self.goals = synthetic_goals(self.products, instructions, self.seed)
+        if not 1 <= cfg.webshop_n_test < len(self.goals):  # else a split is empty and its stage runs 0 episodes
+            raise ValueError(f"env.webshop_n_test={cfg.webshop_n_test}: must be in [1, {len(self.goals) - 1}]: "
+                             f"{cfg.webshop_products} gives {len(self.goals)} goals; the test split takes "
+                             "env.webshop_n_test of them (WebShop's own split: 500) and the train split the rest")
         self.splits = split_goals(self.goals, self.seed, cfg.webshop_n_test)
         self.by_key = {goal_key(g): g for g in self.goals}
         self.prices = {a: displayed_price(p, self.seed) for a, p in self.products.items()}

@@ -77,7 +77,17 @@ CASES = [
     ("++rl.stepz=3", "unknown config key 'rl.stepz'"),
     ("experiment=nope", "unknown choice 'nope' for config group 'experiment'; choices: cpu_full, demo, fork, gpu, webshop"),
     ("env=nope", "unknown choice 'nope' for config group 'env'"),
-    ("sft.lr=fast", "sft.lr"),
+    ("sft.lr=fast", "sft.lr=fast: Value 'fast' of type 'str' could not be converted to Float"),
+    # a dict-valued panel setting and the +/++ forms: every entry is checked like the key it replaces
+    ("eval.n_by_panel={textworld: -5}", "eval.n_by_panel.textworld=-5: must be a task count"),
+    ("+eval.n_by_panel.textworld=-1", "eval.n_by_panel.textworld=-1: must be a task count"),
+    ("++eval.n_by_panel={textworld: -1}", "eval.n_by_panel.textworld=-1: must be a task count"),
+    ("eval.n_by_panel.textworld=abc", "eval.n_by_panel.textworld=abc: Value 'abc' of type 'str' could not be converted"),
+    ("eval.n_by_panel=[1,2]", "eval.n_by_panel is a mapping (dict[str, int]): give eval.n_by_panel={name: value"),
+    ("eval.panels={a: b}", "eval.panels is a list (list[str]): give eval.panels=[a,b,...]"),
+    ("env.eval_seeds={a: 1}", "env.eval_seeds is a list (list[int])"),
+    ("++sft.lr=-1", "sft.lr=-1.0: must be > 0"),
+    ("+sft.lr=-1", "+sft.lr=-1: sft.lr is already in the config and a single + only adds new keys; write sft.lr=-1"),
 ]
 
 
@@ -90,3 +100,11 @@ def test_bad_value_is_refused_by_name(override, message):
 
 def test_the_table_has_at_least_sixty_cases():
     assert len(CASES) >= 60 and len({c[0] for c in CASES}) == len(CASES)
+
+
+@pytest.mark.parametrize("override", ["eval.n_by_panel={textworld: 7}", "eval.n_by_panel.textworld=7",
+                                      "+eval.n_by_panel={textworld: 7}", "++eval.n_by_panel.textworld=7"])
+def test_a_panel_mapping_is_accepted_in_every_form(override):
+    """A plain override of a dict field (empty and closed in the schema) was refused with Hydra's bare
+    "Could not override 'eval.n_by_panel'"."""
+    assert load_config(["experiment=demo", override]).eval.n_by_panel == {"textworld": 7}

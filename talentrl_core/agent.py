@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Optional
 
 from .config import Backend, Decoding, TalentRLConfig
-from .generation import OpenAIGenerator, TransformersGenerator, VLLMGenerator
+from .generation import OpenAIGenerator, TransformersGenerator
+from .generation_vllm import VLLMGenerator
 from .rollout import LLMPolicy
 
 

@@ -119,3 +119,53 @@ def model_digest(name_or_path: str | os.PathLike) -> list:
         return [str(name_or_path)]
     files = sorted({*folder.glob("*.safetensors"), *folder.glob("tokenizer.json")})
     return [[p.name, p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest()] for p in files]
+
+
+def step_folders(work: str | os.PathLike, must_hold: Optional[str] = None) -> list[tuple[int, Path]]:
+    """``(step, folder)`` of every ``checkpoint-<step>`` in ``work`` (holding ``must_hold``, when given), by step."""
+    out = []
+    for p in Path(work).glob("checkpoint-*"):
+        step = p.name.split("-")[-1]
+        if p.is_dir() and step.isdigit() and (must_hold is None or (p / must_hold).exists()):
+            out.append((int(step), p))
+    return sorted(out)
+
+
+def commit_staged(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
+    """Seal a completely written ``staging`` folder and rename it to ``final`` (replacing an older one)."""
+    import shutil
+
+    final = Path(final)
+    seal(staging)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(staging, final)
+    return final
+
+
+def claim_work_dir(work: Path, job: dict, keep_previous: int, stage: str, holds_work: Callable[[Path], bool],
+                   staging_glob: str, out_dir: Path) -> None:
+    """Before a run of ``job``: its working folder kept for resume (the same job) or moved aside (another job,
+    ``workdir.claim``); staging folders of a checkpoint write that never finished, and what a killed swap of the
+    final model left (``io.remove_orphans``), removed."""
+    import shutil
+
+    from .io import remove_orphans
+    from .workdir import claim
+
+    remove_orphans(out_dir)
+    claim(work, job, keep_previous, stage, holds_work=holds_work)
+    for orphan in work.glob(staging_glob):
+        shutil.rmtree(orphan, ignore_errors=True)
+
+
+def write_final(out_dir: Path, job: dict, keep_previous: int, stage: str, write: Callable[[Path], None]) -> None:
+    """The finished model: an earlier one of another job moved aside (``workdir.set_aside``), then ``write(tmp)``
+    and the job record swapped in atomically; a full disk is named as one."""
+    from .io import atomic_dir, disk_full_named
+    from .workdir import JOB_FILE, set_aside
+
+    set_aside(out_dir, job, keep_previous, stage)
+    with disk_full_named(out_dir, "writing the model"), atomic_dir(out_dir) as tmp:
+        write(tmp)
+        write_json(tmp / JOB_FILE, job)

@@ -20,15 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .checkpoints import model_digest, newest_sound, seal
+from .checkpoints import claim_work_dir, commit_staged, model_digest, newest_sound, step_folders, write_final
 from .config import ModelConfig, SFTConfig
-from .io import atomic_dir, disk_full_named, remove_orphans, write_json
+from .io import disk_full_named, write_json
 from .prompts import (CHAT_TEMPLATE_KWARGS, ExecContext, execution_messages, format_action, format_talent, routing_messages,
                       routing_view, shown_id)
 from .rl.seeding import derive_seed
 from .rollout import Knowledge, action_completions
 from .trajectories import Trajectory
-from .workdir import JOB_FILE, claim, say, set_aside
+from .workdir import say
 
 
 @dataclass
@@ -295,7 +295,6 @@ def crash_safe_checkpoints(base):
     """``base`` (a transformers Trainer) writing each checkpoint into ``.staging-checkpoint-<step>`` and renaming
     it when complete (as RL does), so a kill or a full disk mid-write never leaves a ``checkpoint-*`` that cannot be
     resumed; a full disk is reported as one (``io.disk_full_named``)."""
-    import os
     import shutil
 
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, rotate_checkpoints
@@ -313,11 +312,7 @@ def crash_safe_checkpoints(base):
             finally:
                 self.args.output_dir = str(run_dir)
             if self.args.should_save:
-                final = run_dir / name
-                seal(staging / name)
-                if final.exists():
-                    shutil.rmtree(final)
-                os.replace(staging / name, final)
+                commit_staged(staging / name, run_dir / name)
                 shutil.rmtree(staging, ignore_errors=True)
                 rotate_checkpoints(output_dir=str(run_dir), save_total_limit=self.args.save_total_limit, use_mtime=True)
 
@@ -330,10 +325,8 @@ def last_complete_checkpoint(work: Path, log=None) -> Optional[Path]:
     wrote in place, or copied half) are removed, saying so."""
     import shutil
 
-    found = sorted((int(p.name.split("-")[-1]), p) for p in work.glob("checkpoint-*")
-                   if p.is_dir() and p.name.split("-")[-1].isdigit())
     complete = []
-    for step, path in found:
+    for step, path in step_folders(work):
         if (path / "trainer_state.json").exists() and any(path.glob("*.safetensors")):
             complete.append((step, path))
         else:
@@ -396,14 +389,9 @@ def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConf
 
 def prepare_work_dir(out_dir: Path, job: dict, keep_previous: int = 1) -> Path:
     """``<out_dir>.work``, kept for resume when an interrupted run of *this* job left it; another job's folder is
-    moved aside (``workdir.claim``); staging folders of a checkpoint write that never finished are removed."""
-    import shutil
-
-    remove_orphans(out_dir)
+    moved aside; staging folders of a checkpoint write that never finished are removed (``checkpoints.claim_work_dir``)."""
     work = out_dir.with_name(out_dir.name + ".work")
-    claim(work, job, keep_previous, "sft", holds_work=lambda w: any(w.glob("checkpoint-*")))
-    for orphan in work.glob(f"{STAGING}*"):
-        shutil.rmtree(orphan, ignore_errors=True)
+    claim_work_dir(work, job, keep_previous, "sft", lambda w: any(w.glob("checkpoint-*")), f"{STAGING}*", out_dir)
     return work
 
 
@@ -533,10 +521,10 @@ def train_sft(
         "data_report": data.report,
         **(meta or {}),
     }
-    set_aside(out_dir, job, keep_previous, "sft")
-    with disk_full_named(out_dir, "writing the model"), atomic_dir(out_dir) as tmp:
+    def write(tmp: Path) -> None:
         final.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         write_json(tmp / "talentrl_meta.json", info)
-        write_json(tmp / JOB_FILE, job)
+
+    write_final(out_dir, job, keep_previous, "sft", write)
     return info

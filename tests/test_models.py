@@ -122,7 +122,7 @@ def test_kv_reuse_and_forced_tokens_match_plain_decoding(tmp_path, shared_data):
 
 
 def test_vllm_constraint_is_a_structured_choice_or_a_named_error():
-    from talentrl_core.generation import VLLMGenerator
+    from talentrl_core.generation_vllm import VLLMGenerator
 
     assert VLLMGenerator.sampling_kwargs(None) == {}
     try:

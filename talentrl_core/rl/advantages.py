@@ -296,3 +296,22 @@ def apply_invalid_penalty(rewards: ArrayLike, n_invalid: ArrayLike, penalty: flo
     if (n < 0).any():
         raise ValueError("n_invalid counts must be >= 0")
     return r + penalty * n
+
+
+def trajectory_surprisal(ex) -> np.ndarray:
+    """u_i: mean NLL of trajectory i's execution tokens under the rollout policy (AEM, DESIGN.md §5); ``ex[i]`` are
+    trajectory i's execution samples (each with ``old_logprobs``). A trajectory without samples gets the mean of
+    the others."""
+    rows = [(i, s.old_logprobs) for i, ss in enumerate(ex) for s in ss]
+    u = np.zeros(len(ex))
+    if not rows:
+        return u
+    T = max(len(lp) for _, lp in rows)
+    lp = np.zeros((len(rows), T))
+    m = np.zeros((len(rows), T))
+    for r, (_, x) in enumerate(rows):
+        lp[r, :len(x)], m[r, :len(x)] = x, 1.0
+    labels, vals = response_surprisal(lp, m, [i for i, _ in rows])
+    u[:] = vals.mean()
+    u[labels] = vals
+    return u

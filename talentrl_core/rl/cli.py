@@ -1,6 +1,6 @@
 """Command line of the RL trainer, Hydra-free: the config from a JSON file plus ``--set`` overrides.
 
-``python -m talentrl_core.rl.cli`` (``-m talentrl_core.rl.trainer`` still works) runs ``train_rl`` once; under
+``python -m talentrl_core.rl.cli`` runs ``train_rl`` once; under
 ``torchrun``/``accelerate launch`` every process runs it and accelerate shares the work (see trainer.py).
 """
 

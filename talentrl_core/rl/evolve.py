@@ -23,8 +23,10 @@ Needs a LanceDB-backed knowledge (``talentrl_core.knowledge.LibraryKnowledge``: 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
+from ..config import RLConfig
 from ..envs.base import Task
 from ..prompts import SkillView
 from ..rollout import EpisodeSpec, Knowledge, SkillContext, run_episodes
@@ -68,12 +70,27 @@ class WithSkill:
         return getattr(self.base, name)
 
 
-def evolve_step(trainer, trajectories: Sequence[Trajectory], tasks: Sequence[Task], step: int) -> tuple[Knowledge, dict]:
+@dataclass
+class EvolveRun:
+    """What the matched with/without test of a candidate skill needs from the RL run."""
+
+    rl: RLConfig
+    make_env: Callable
+    policy: object
+    settings: object
+    per_arm: int
+    "Rollouts per task and per side of the test."
+    flat: bool
+    "The flat baseline tests without a talent."
+
+
+def evolve_step(run: EvolveRun, knowledge: Knowledge, trajectories: Sequence[Trajectory], tasks: Sequence[Task],
+                step: int) -> tuple[Knowledge, dict]:
     """Propose → matched test → promote, on process 0; returns (knowledge to use next, metrics)."""
     from ..library.evolution import promote, propose_candidates
     from .seeding import derive_seed
 
-    rl, knowledge = trainer.rl, trainer.knowledge
+    rl = run.rl
     lib = library_of(knowledge)
     metrics = {"evolve/candidates": 0.0, "evolve/promoted": 0.0, "evolve/gain_mean": 0.0}
     envs = sorted({t.env for t in trajectories})
@@ -90,13 +107,13 @@ def evolve_step(trainer, trajectories: Sequence[Trajectory], tasks: Sequence[Tas
             view = SkillView(cand.skill.skill_id, cand.skill.kind, cand.skill.title, cand.skill.principle)
             specs = []
             for ti, task in enumerate(pool):
-                talent = None if trainer.flat else knowledge.oracle_talent(env, task.task_type, task.task_id)
+                talent = None if run.flat else knowledge.oracle_talent(env, task.task_type, task.task_id)
                 base = derive_seed(rl.seed, "evolve", step, env, ci, ti) % 2**40
                 specs += [EpisodeSpec(task, routing="fixed" if talent else "none", talent_id=talent, arm=0,
-                                      seed=base + j) for j in range(trainer.per_arm)]
+                                      seed=base + j) for j in range(run.per_arm)]
             runs = {}
             for arm, kn in (("with", WithSkill(knowledge, view)), ("without", knowledge)):
-                trajs = run_episodes(trainer.family.make, specs, trainer.policy, trainer.settings, kn,
+                trajs = run_episodes(run.make_env, specs, run.policy, run.settings, kn,
                                      batch_size=rl.rollout_batch_size, progress=False)
                 runs[arm] = sum(t.success for t in trajs) / max(len(trajs), 1)
             gains.append(runs["with"] - runs["without"])

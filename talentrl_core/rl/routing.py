@@ -1,0 +1,148 @@
+"""Routing RL: the talent arms of each task and the contrast that credits the routing choice (DESIGN.md §4–§5).
+
+1. **Read the router.** For every task the policy's routing distribution over the talent menu is computed exactly:
+   each ``<talent>ID</talent>`` + eos is scored with teacher forcing under the menu's constrained mask and the sampling
+   temperature (``menu_candidates`` → ``samples.score_completions``).
+2. **Intervene.** Arm 1 is a talent drawn from that distribution with a seeded generator, arms 2..M the next most
+   likely talents, optionally a no-talent arm last (``choose_arms``). Rollout ``j`` of every arm samples with the same
+   seed (matched interventions: the arms differ only by the talent).
+3. **Contrast.** Each arm's routing sample gets ``A_route(k)``, its arm's mean reward against the other arms'
+   (``routing_contrast``; ``advantages.routing_advantages`` has the formula), and enters the loss weighted by
+   ``rl.alpha_route`` (``update.py``).
+
+Departures from DESIGN.md §5: arms 2..M are the next most likely talents (the "uniform" alternative is not
+implemented); the no-talent arm has no routing sample, its mean reward still enters the contrast as a baseline. The
+routing sample is not produced by the rollout loop's generator: a seeded draw from the exactly scored constrained
+distribution *is* a sample of the constrained policy, and its old log-probs are those scores.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..envs.base import Task
+from ..prompts import format_talent, routing_messages
+from ..rollout import EpisodeSpec, Knowledge
+from ..trajectories import Trajectory
+from .advantages import routing_advantages
+from .samples import Sample, chat_prompt_ids, completion_ids_of
+from .seeding import derive_seed
+
+
+@dataclass
+class Group:
+    """One task of a step: its arms (talent interventions), their routing samples and rollouts."""
+
+    index: int
+    "Global index of the task within the step (seeds derive from it, so sharding never changes them)."
+    task: Task
+    talents: list[Optional[str]] = field(default_factory=list)
+    "Talent of each arm (None: no talent)."
+    seeds: list[int] = field(default_factory=list)
+    "Seed of rollout j, shared by every arm."
+    goal: str = ""
+    menu_ids: list[str] = field(default_factory=list)
+    menu_probs: list[float] = field(default_factory=list)
+    "The policy's routing distribution over the menu."
+    route_samples: list[Optional[Sample]] = field(default_factory=list)
+    "Routing sample of each arm (None for the no-talent arm and in the flat baseline)."
+    trajs: list[Trajectory] = field(default_factory=list)
+    "Arm-major: rollout j of arm k at k * (G/M) + j."
+    specs: list[EpisodeSpec] = field(default_factory=list)
+
+    @property
+    def arm_of(self) -> list[int]:
+        n = len(self.trajs) // max(len(self.talents), 1)
+        return [i // n for i in range(len(self.trajs))]
+
+
+def plan_groups(seed: int, step: int, tasks: Sequence[tuple[int, Task]], per_arm: int) -> list[Group]:
+    """One group per (global index, task) with the rollout seeds every arm shares."""
+    groups = []
+    for g, task in tasks:
+        base = derive_seed(seed, "rollout", step, g) % 2**40
+        groups.append(Group(g, task, seeds=[base + j for j in range(per_arm)]))
+    return groups
+
+
+def menu_candidates(groups: Sequence[Group], knowledge: Knowledge, tok, keep: Optional[int],
+                    goal_of: Callable[[Task], tuple[str, str]], n_talent_arms: int, n_arms_setting: str) -> list[Sample]:
+    """Every (task, menu talent) routing completion to score, group by group in menu order; fills ``goal`` and
+    ``menu_ids``. ``n_arms_setting`` names the settings in the error when the menu is too short."""
+    candidates: list[Sample] = []
+    for gr in groups:
+        gr.goal, seen = goal_of(gr.task)
+        menu = knowledge.menu(gr.task.env)
+        if len(menu) < n_talent_arms:
+            raise ValueError(
+                f"env {gr.task.env}: the talent menu has {len(menu)} talents but {n_talent_arms} talent arms are "
+                f"needed ({n_arms_setting}); lower rl.n_arms or train the flat baseline (rl.flat_baseline=true)")
+        gr.menu_ids = [t.talent_id for t in menu]
+        prompt = chat_prompt_ids(tok, routing_messages(gr.task.env, gr.goal, menu, seen), keep)
+        allowed = [format_talent(t.shown) for t in menu]
+        for t in menu:
+            candidates.append(Sample("route", prompt, completion_ids_of(tok, format_talent(t.shown)), [], allowed, gr.index))
+    return candidates
+
+
+def choose_arms(groups: Sequence[Group], candidates: Sequence[Sample], scores: Sequence[Sequence[float]], seed: int,
+                step: int, n_talent_arms: int, no_talent_arm: bool) -> None:
+    """Each group's arms from its scored menu: a seeded draw, then the next most likely talents (fills
+    ``menu_probs``, ``talents`` and ``route_samples``)."""
+    pos = 0
+    for gr in groups:
+        n = len(gr.menu_ids)
+        cand, sc = candidates[pos:pos + n], scores[pos:pos + n]
+        pos += n
+        seq = torch.tensor([sum(s) for s in sc], dtype=torch.float64)  # log π(talent) under the menu mask
+        probs = torch.softmax(seq, 0)  # already sums to 1 up to rounding: renormalise
+        gr.menu_probs = probs.tolist()
+        gen = torch.Generator().manual_seed(derive_seed(seed, "route", step, gr.index) % 2**63)
+        first = int(torch.multinomial(probs, 1, generator=gen).item())
+        rest = sorted((i for i in range(n) if i != first), key=lambda i: (-gr.menu_probs[i], i))
+        chosen = [first] + rest[: n_talent_arms - 1]
+        gr.talents = [gr.menu_ids[i] for i in chosen] + ([None] if no_talent_arm else [])
+        gr.route_samples = [Sample("route", cand[i].prompt_ids, cand[i].completion_ids, sc[i], cand[i].allowed,
+                                   gr.index, k, -1) for k, i in enumerate(chosen)]
+        if no_talent_arm:
+            gr.route_samples.append(None)
+
+
+def routing_contrast(rewards: np.ndarray, arms: np.ndarray, n_arms: int, n_talent_arms: int,
+                     eps: float) -> tuple[np.ndarray, bool]:
+    """``(A_route per arm (M,), tied)``: the arms' reward contrast, and whether a group with talent arms credits
+    no routing choice (every contrast 0)."""
+    a_route = routing_advantages([rewards[arms == k] for k in range(n_arms)], eps)
+    return a_route, bool(n_talent_arms > 0 and not np.any(a_route))
+
+
+def routing_samples(gr: Group, alpha_route: float) -> list[Sample]:
+    """Copies of the group's routing samples (advantages are set per build), none when routing is not trained."""
+    return [dataclasses.replace(s) for s in gr.route_samples if s is not None] if alpha_route > 0 else []
+
+
+def menu_stats(gr: Group) -> tuple[float, float]:
+    """(entropy of the routing distribution in nats, probability of the sampled talent); (0, 0) without a menu."""
+    if not gr.menu_probs:
+        return 0.0, 0.0
+    p = np.asarray(gr.menu_probs)
+    return float(-(p * np.log(np.clip(p, 1e-30, 1.0))).sum()), float(p[gr.menu_ids.index(gr.talents[0])])
+
+
+def route_metrics(tot: dict[str, float], n_groups: float) -> dict[str, float]:
+    """``route/*`` of one step from the summed step statistics."""
+    m = {
+        "route/entropy": tot["entropy_sum"] / n_groups,
+        "route/p_sampled": tot["p_first_sum"] / n_groups,
+        "route/contrast": tot["route_abs_sum"] / max(tot["groups_kept"], 1),
+        # talent sensitivity: matched rollouts whose actions differ between arms; kept groups with no contrast
+        "route/divergence": tot["divergence_sum"] / n_groups,
+    }
+    if tot["groups_kept"]:  # undefined when every group was filtered (absent, not a misleading 0)
+        m["route/tied_share"] = tot["groups_tied"] / tot["groups_kept"]
+    return m

@@ -1,0 +1,81 @@
+"""Where an RL run keeps its work: ``<out>.work/checkpoint-<step>`` to resume from, and the finished model ``<out>``.
+
+A checkpoint is accelerate's state (model, optimizer, scheduler, RNG of every process) plus ``trainer_state.json``
+(step, history, library version), written into ``.checkpoint-<step>.tmp``, sealed and renamed when complete
+(``talentrl_core.checkpoints``, shared with SFT). A resume claims the working folder for this job (another job's
+folder moves aside), verifies the newest checkpoint (a damaged one is named and set aside) and loads it.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+from ..checkpoints import claim_work_dir, commit_staged, newest_sound, step_folders, write_final
+from ..io import disk_full_named, read_json, write_json
+from ..workdir import record_job, say
+
+META_FILE = "talentrl_meta.json"
+STATE_FILE = "trainer_state.json"
+
+
+class RunFiles:
+    """The checkpoints and final model of one RL run (``stage`` names it in messages)."""
+
+    def __init__(self, acc, out_dir: Path, stage: str, keep_previous: int, keep_checkpoints: int):
+        self.acc, self.out_dir, self.stage = acc, Path(out_dir), stage
+        self.work_dir = self.out_dir.with_name(self.out_dir.name + ".work")
+        self.keep_previous, self.keep_checkpoints = keep_previous, keep_checkpoints
+
+    def checkpoints(self) -> list[tuple[int, Path]]:
+        return step_folders(self.work_dir, STATE_FILE)
+
+    def save(self, step: int, job: dict, state: dict) -> Path:
+        """``checkpoint-<step>`` with ``state`` as its ``trainer_state.json``; every process takes part."""
+        final = self.work_dir / f"checkpoint-{step}"
+        tmp = self.work_dir / f".checkpoint-{step}.tmp"
+        main = self.acc.is_main_process
+        if main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self.acc.wait_for_everyone()
+        with disk_full_named(final, "writing the checkpoint"):
+            self.acc.save_state(str(tmp))
+        self.acc.wait_for_everyone()
+        if main:
+            record_job(self.work_dir, job)
+            write_json(tmp / STATE_FILE, state)
+            commit_staged(tmp, final)
+            if self.keep_checkpoints > 0:
+                for _, old in self.checkpoints()[: -self.keep_checkpoints]:
+                    shutil.rmtree(old, ignore_errors=True)
+        self.acc.wait_for_everyone()
+        return final
+
+    def resume(self, job: dict, resume: bool) -> Optional[tuple[Path, dict]]:
+        """(checkpoint, its trainer state) after loading it into the prepared objects; None: start at step 0."""
+        if self.acc.is_main_process:
+            claim_work_dir(self.work_dir, job, self.keep_previous, self.stage, lambda w: bool(self.checkpoints()),
+                           ".checkpoint-*.tmp", self.out_dir)
+            if resume:  # verified once, by the main process: a damaged newest one is named and set aside
+                newest_sound(self.checkpoints(), self.stage, say)
+        self.acc.wait_for_everyone()
+        ckpts = self.checkpoints() if resume else []
+        if not ckpts:
+            return None
+        _, path = ckpts[-1]
+        self.acc.load_state(str(path))
+        return path, read_json(path / STATE_FILE)
+
+    def save_final(self, model, write: Callable[[Path], None], job: dict) -> None:
+        """The finished model (weights checked finite first), swapped in atomically by the main process."""
+        self.acc.wait_for_everyone()
+        if self.acc.is_main_process:
+            for p in model.parameters():
+                if not torch.isfinite(p).all():
+                    raise FloatingPointError("RL produced non-finite weights; lower rl.lr")
+            write_final(self.out_dir, job, self.keep_previous, self.stage, write)
+        self.acc.wait_for_everyone()

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import yaml
 
-from talentrl_core import benchdata
+from talentrl_core import benchdata, benchdata_fetch
 
 SOURCE = re.compile(r"\*\*Source:\*\* ([\w.-]+/[\w.-]+)@([0-9a-f]{40})(.*)")
 LICENCE = re.compile(r"\*\*Original dataset licence \(commonly cited\):\*\* (.*)")
@@ -104,7 +104,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for e in entries:
         if state[e.path] != "ok" and not args.offline:
             try:
-                benchdata.fetch(e, root)
+                benchdata_fetch.fetch(e, root)
                 state[e.path] = "fetched"
             except Exception as ex:  # offline, derived, checksum: say which and why
                 print(f"data: {e.path}: {state[e.path]}; fetching from {e.source} failed: {ex}", file=sys.stderr)

@@ -9,7 +9,7 @@ revision and sha256 in ``data/manifest.yaml``) exactly as the entry's ``how`` de
   stores ``raw`` pretty-printed, so each line is that JSON re-serialised on one line
   (``json.dumps(json.loads(raw), ensure_ascii=False)``).
 
-Both reproduce the mirror's files byte for byte (same sha256 as the manifest). ``benchdata.fetch`` calls ``derive``
+Both reproduce the mirror's files byte for byte (same sha256 as the manifest). ``benchdata_fetch.fetch`` calls ``derive``
 when a derived file is missing; ``python -m talentrl_core.benchdata_derive SRC_DIR OUT`` converts local copies.
 """
 

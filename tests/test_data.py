@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from talentrl_core import benchdata
+from talentrl_core import benchdata, benchdata_fetch
 from talentrl_core.envs.qa import QADataError, iter_records
 from talentrl_core.models import tokenizer_corpus
 
@@ -51,15 +51,15 @@ def test_fetch_verifies_checksums_and_writes_atomically(tmp_path, shared_data):
     server = _serve(tmp_path / "github")
     url = f"http://127.0.0.1:{server.server_address[1]}/{{repo}}/{{revision}}/{{path}}"
     try:
-        out = benchdata.fetch(e, tmp_path / "data", raw_url=url)
+        out = benchdata_fetch.fetch(e, tmp_path / "data", raw_url=url)
         assert benchdata.sha256(out) == e.sha256
         src.write_text("tampered\n")
         with pytest.raises(benchdata.DataCorrupt, match="bamboogle.jsonl.*sha256"):
-            benchdata.fetch(e, tmp_path / "data2", raw_url=url)
+            benchdata_fetch.fetch(e, tmp_path / "data2", raw_url=url)
         assert not (tmp_path / "data2" / e.path).exists() and not list((tmp_path / "data2" / "qa" / "eval").iterdir())
         derived = next(x for x in benchdata.load_manifest() if x.kind == "derived")
         with pytest.raises(urllib.error.HTTPError, match="404"):  # its pinned sources are fetched (here: absent)
-            benchdata.fetch(derived, tmp_path / "data3", raw_url=url)
+            benchdata_fetch.fetch(derived, tmp_path / "data3", raw_url=url)
     finally:
         server.shutdown()
 

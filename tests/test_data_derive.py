@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from talentrl_core import benchdata, benchdata_derive, joblib_frame, lucene_stored
+from talentrl_core import benchdata, benchdata_derive, benchdata_fetch, joblib_frame, lucene_stored
 
 # ---- a joblib-pickled pandas DataFrame, encoded opcode by opcode (what pandas 1.x + joblib wrote) ----
 
@@ -243,12 +243,12 @@ def test_fetch_rebuilds_a_derived_file_from_its_verified_sources(tmp_path, path)
     _publish(tmp_path / "github", e, sources)
     server, url = _serve(tmp_path / "github")
     try:
-        out = benchdata.fetch(e, tmp_path / "data", raw_url=url)
+        out = benchdata_fetch.fetch(e, tmp_path / "data", raw_url=url)
         assert out.read_bytes() == expected and out == tmp_path / "data" / path
         first = next(iter(sources))
         (tmp_path / "github" / e.repo / e.revision / first).write_bytes(b"tampered")
         with pytest.raises(benchdata.DataCorrupt, match=f"source {e.repo}@.*{first}.*sha256"):
-            benchdata.fetch(e, tmp_path / "data2", raw_url=url)
+            benchdata_fetch.fetch(e, tmp_path / "data2", raw_url=url)
         with pytest.raises(benchdata.DataCorrupt, match="converted from .* sha256"):  # a converter that drifts
             benchdata_derive.convert(replace(e, sha256="0" * 64), sources)
     finally:

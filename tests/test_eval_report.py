@@ -312,3 +312,30 @@ def test_webshop_panel_reports_score_with_interval():
     assert "score" not in m["systems"]["talent_sft"]["tw"]
     md = render_markdown(m)
     assert "## Score (mean reward x 100)" in md and "| talent_sft | 56.2 [" in md
+
+
+def test_report_opens_with_its_headline_and_verdicts_before_the_tables():
+    """The first sections a reader sees: the main comparisons' success with the paired test, then every criterion
+    met or not; the detail tables follow, and the talent section does not repeat the verdicts."""
+    rs = []
+    for system, solved in [("talentrl", 18), ("flat_grpo", 9), ("talent_sft", 12), ("oracle_talent", 20),
+                           ("random_talent", 10)]:
+        rs += [EpisodeResult(system, "textworld", f"t{i}", "pick", i < solved, float(i < solved), 30) for i in range(20)]
+    m = build_metrics(rs)
+    m["training"] = {"talentrl": {"updates": 8, "divergence_mean": 0.9, "contrast_zero_share": 0.0}}
+    md = render_markdown(m)
+    lines = md.splitlines()
+    headings = [line for line in lines if line.startswith("## ")]
+    assert lines[0] == "# TalentRL evaluation"
+    assert headings[:3] == ["## Headline", "## Verdicts", "## Greedy success by system and panel"]
+    head = md[:md.index("## Greedy success")]
+    assert "- `textworld`: talentrl 0.900 [0.699, 0.972] vs flat_grpo 0.450 [0.258, 0.658] (n = 20; paired 9:0, p = 0.0039)." in head
+    assert "- `textworld`: talentrl 0.900 [0.699, 0.972] vs talent_sft 0.600" in head  # the two main comparisons
+    assert "- oracle vs random talent: +0.500 success, 10:0 discordant, p = 0.0020 — met" in head
+    assert "- TalentRL arm divergence" in head and "talentrl vs flat_grpo: 9:0 discordant, p = 0.0039 — met" in head
+    assert md.count("— met (criterion") + md.count("— not met (criterion") == head.count("(criterion")  # once, at the top
+    # without the method's systems the headline falls back to the talent comparisons, then to the best system
+    sft_only = build_metrics([r for r in rs if r.system in ("talent_sft", "oracle_talent", "random_talent")])
+    assert "- `textworld`: oracle_talent 1.000" in render_markdown(sft_only).split("## Verdicts")[0]
+    one = build_metrics([r for r in rs if r.system == "talent_sft"])
+    assert render_markdown(one).splitlines()[6] == "- `textworld`: best greedy success talent_sft 0.600 [0.387, 0.781] (n = 20)."

@@ -11,9 +11,24 @@ import numpy as np
 from ..io import atomic_path
 
 
+PNG_DPI = 100
+PNG_COLOURS = 64
+("Figures are saved at ``PNG_DPI`` as palette PNGs of at most ``PNG_COLOURS`` colours: a report's plots stay ~5-15 kB "
+ "each, small enough to commit with its results (docs/results/), and read the same as full-colour ones.")
+
+
 def save_png(fig: Any, path: Path) -> None:
+    """``fig`` as a palette PNG at ``path`` (atomic write); Pillow comes with matplotlib."""
+    import io
+
+    from PIL import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=PNG_DPI, bbox_inches="tight")
+    buf.seek(0)
+    image = Image.open(buf).convert("RGB").quantize(colors=PNG_COLOURS)
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
+        image.save(tmp, format="PNG", optimize=True)
 
 
 def _bars(ax: Any, groups: Sequence[str], systems: Sequence[str], get: Callable[[str, str], Optional[Mapping]]) -> None:

@@ -45,7 +45,7 @@ from .markdown import md_table
 from .headline import headline, rl_curves_csv
 from .schema import check as check_schema
 from .plots import plot_confusion, plot_rl_curves, plot_success_by_panel, plot_success_by_task_type, save_png
-from .talent_effect import plot_strategy_matrix, talent_section
+from .talent_effect import plot_strategy_matrix, talent_section, verdicts
 from .stats import avg_at_k, bootstrap_ci, intervals_overlap, paired_counts, wilson_ci
 
 SCHEMA_VERSION = 1
@@ -402,13 +402,73 @@ def notes_section(metrics: Mapping, systems: list[str], panels: list[str]) -> li
     return out
 
 
+HEADLINE_PAIRS = [("talentrl", "flat_grpo"), ("talentrl", "talent_sft"), ("talent_sft", "flat_skillbank"),
+                  ("oracle_talent", "random_talent")]
+"The main comparisons, in order: a report's headline shows, per panel, the first two whose systems both ran."
+
+
+def _figure(b: Mapping) -> str:
+    score = f", score {b['score']:.1f}" if "score" in b else ""
+    return f"{_fmt(b)}{score}"
+
+
+def headline_section(metrics: Mapping) -> list[str]:
+    """The report's opening lines: per panel, the main comparisons' greedy success (95% interval) with their paired
+    count on the same tasks (the first two of ``HEADLINE_PAIRS`` whose systems both ran); a panel without any of those
+    pairs shows its best system.
+
+    >>> b = lambda s: {"success": s, "ci95": [s - 0.1, s + 0.1], "n": 200}
+    >>> m = {"systems": {"talentrl": {"tw": b(0.9)}, "flat_grpo": {"tw": b(0.5)}},
+    ...      "paired": {"tw": {"talentrl vs flat_grpo": {"a_only": 80, "b_only": 0, "p_mcnemar": 1e-24}}}}
+    >>> print("\\n".join(headline_section(m)))
+    ## Headline
+    <BLANKLINE>
+    Greedy success, 95% interval in brackets; paired: tasks only the first / only the second solved, exact McNemar p.
+    <BLANKLINE>
+    - `tw`: talentrl 0.900 [0.800, 1.000] vs flat_grpo 0.500 [0.400, 0.600] (n = 200; paired 80:0, p = 1e-24).
+    <BLANKLINE>
+    """
+    S, paired = metrics["systems"], metrics.get("paired") or {}
+    out = ["## Headline", "",
+           "Greedy success, 95% interval in brackets; paired: tasks only the first / only the second solved, exact McNemar p.", ""]
+    for p in _panels(metrics):
+        present = [s for s in _order_systems(S) if p in S[s]]
+        pairs = [(a, b) for a, b in HEADLINE_PAIRS if a in present and b in present][:2]
+        for a, b in pairs:
+            ns = sorted({S[a][p]["n"], S[b][p]["n"]})
+            c = (paired.get(p) or {}).get(f"{a} vs {b}")
+            tail = f"; paired {c['a_only']}:{c['b_only']}, p = {c['p_mcnemar']:.2g}" if c else ""
+            out.append(f"- `{p}`: {a} {_figure(S[a][p])} vs {b} {_figure(S[b][p])} "
+                       f"(n = {' / '.join(map(str, ns))}{tail}).")
+        if not pairs:
+            best = max(present, key=lambda s: S[s][p]["success"])
+            out.append(f"- `{p}`: best greedy success {best} {_figure(S[best][p])} (n = {S[best][p]['n']}).")
+    return out + [""]
+
+
+def verdict_section(metrics: Mapping) -> list[str]:
+    """The talent criteria (``talent_effect.verdicts``) of every panel, each met or not with its figure; empty when
+    no criterion's systems ran."""
+    per_panel = [(p, verdicts(metrics, p)) for p in _panels(metrics)]
+    per_panel = [(p, v) for p, v in per_panel if v]
+    if not per_panel:
+        return []
+    out = ["## Verdicts", ""]
+    for p, lines in per_panel:
+        out += ([f"### {p}", ""] if len(per_panel) > 1 else [f"On `{p}`:", ""]) + lines + [""]
+    return out
+
+
 def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
-    """The Markdown report: systems × panels, per-task-type tables, tokens, avg@k, routing, notes."""
+    """The Markdown report: the headline and the verdicts first, then systems × panels, per-task-type tables, tokens,
+    avg@k, routing, the talent matrix, RL training, cost and notes."""
     systems = _order_systems(metrics["systems"])
     panels = _panels(metrics)
     S = metrics["systems"]
     methods = sorted({b.get("ci_method", "wilson") for s in systems for b in S[s].values()})
     out = ["# TalentRL evaluation", ""]
+    out += headline_section(metrics)
+    out += verdict_section(metrics)
     out += ["## Greedy success by system and panel", ""]
     out += [f"Success rate of greedy episodes, 95% interval in brackets ({', '.join(methods)}), n = episodes.", ""]
     rows = [[s] + [f"{_fmt(S[s][p])} (n={S[s][p]['n']})" if p in S[s] else "—" for p in panels] for s in systems]
@@ -458,7 +518,10 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
                 for p, comps in sorted(paired.items()) for pair, c in comps.items()]
         out += [md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p"], rows), ""]
 
-    out += talent_section(metrics)
+    shown = {line for p in panels for line in verdicts(metrics, p)}
+    for line in talent_section(metrics):  # its verdicts opened the report
+        if line not in shown and not (line == "" and out[-1] == ""):
+            out.append(line)
     out += training_section(metrics)
     out += perf_section(metrics)
     out += notes_section(metrics, systems, panels)

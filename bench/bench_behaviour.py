@@ -41,7 +41,7 @@ def behaviour(trajs) -> dict:
     """Success, route following and reversal figures of TextWorld trajectories, each with its chance level."""
     first, first_chance, rev, rev_chance = [], [], [], []
     for t in trajs:
-        steps = [s for s in t.steps if s.action and not s.action.startswith("talent:")]
+        steps = [s for s in t.env_steps() if s.action]
         route = goal_route(t.goal)
         gos = [s for s in steps if s.action.startswith("go ")]
         if route and gos:

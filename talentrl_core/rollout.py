@@ -40,7 +40,7 @@ from .prompts import (
     routing_messages,
     routing_view,
 )
-from .trajectories import Step, Trajectory
+from .trajectories import Step, Trajectory, routing_action
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -267,7 +267,7 @@ class _EpisodeRunner:
         if error:
             t.error = error
             t.success = False
-        t.final_reward = float(sum(s.reward for s in t.steps)) if t.env != "qa" else float(t.final_reward)
+        t.final_reward = float(sum(s.reward for s in t.steps))  # every family: env rewards + env.invalid_penalty
         self.results[self.index_of[id(slot)]] = t
         slot.spec = None
         self.bar.update(1)
@@ -343,7 +343,7 @@ class _EpisodeRunner:
             if not routing_valid:  # format error: counted via valid=False, nearest talent used
                 chosen = kn.nearest_talent(s.traj.env, out.text) or (menu[0].talent_id if menu else None)
             s.traj.steps.append(
-                Step(prompt=json.dumps(s.routing_msgs), completion=out.text, action=f"talent:{chosen}",
+                Step(prompt=json.dumps(s.routing_msgs), completion=out.text, action=routing_action(chosen),
                      observation="", reward=0.0, valid=routing_valid, prompt_tokens=out.prompt_tokens,
                      completion_tokens=len(out.token_ids), completion_ids=list(out.token_ids) or None,
                      logprobs=list(out.logprobs) or None)
@@ -393,8 +393,6 @@ class _EpisodeRunner:
             step.observation = r.observation
             step.valid = bool(r.info.get("valid", True))
             step.reward = float(r.reward) + (0.0 if step.valid else settings.invalid_penalty)
-            if s.traj.env == "qa" and r.done:
-                s.traj.final_reward = float(r.reward)
             done = r.done
             if r.won:
                 s.traj.success = True
@@ -425,7 +423,7 @@ class _EpisodeRunner:
 
 
 def _exec_steps(traj: Trajectory) -> int:
-    return sum(1 for st in traj.steps if not st.action.startswith("talent:"))
+    return len(traj.env_steps())
 
 
 def run_episodes(

@@ -62,7 +62,7 @@ def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[s
                       skip_forced: bool = False) -> list[dict]:
     ctx = knowledge.context(t.env, t.goal, t.task_type, talent_id, True)
     out = []
-    steps = [s for s in t.steps if not s.action.startswith("talent:")]
+    steps = t.env_steps()
     obs_before = [t.initial_observation] + [s.observation for s in steps[:-1]]
     hist: list[tuple[str, str]] = []
     for s, obs in zip(steps, obs_before):

@@ -81,6 +81,24 @@ _OLDER_TAGS = {b"trajectories/1": ["strategy"]}
 "Older schema tags this reader accepts → the columns they lack (read as nulls)."
 
 
+ROUTING_MARK = "talent:"
+"""A routing step's ``action`` is ``talent:<talent id>`` (the rollout loop's record of the router's choice); the one
+place this marker is spelled."""
+
+
+def routing_action(talent_id: Optional[str]) -> str:
+    """The ``action`` a routing step records.
+
+    >>> routing_action("T-1a2b"), is_routing_action("talent:T-1a2b"), is_routing_action("go east")
+    ('talent:T-1a2b', True, False)
+    """
+    return f"{ROUTING_MARK}{talent_id}"
+
+
+def is_routing_action(action: Optional[str]) -> bool:
+    return (action or "").startswith(ROUTING_MARK)
+
+
 @dataclass
 class Step:
     prompt: str
@@ -97,6 +115,11 @@ class Step:
     "Generated token ids (LLM policies), eos included: RL scores exactly what was sampled."
     logprobs: Optional[list[float]] = None
     "Per-token log-probs recorded at rollout (under the decoding mask), for the PPO ratio."
+
+    @property
+    def is_routing(self) -> bool:
+        "The router's choice, not an action in the environment."
+        return is_routing_action(self.action)
 
 
 @dataclass
@@ -127,6 +150,10 @@ class Trajectory:
     @property
     def n_steps(self) -> int:
         return len(self.steps)
+
+    def env_steps(self) -> list[Step]:
+        "The steps taken in the environment (the routing step left out)."
+        return [s for s in self.steps if not s.is_routing]
 
     @property
     def n_invalid(self) -> int:

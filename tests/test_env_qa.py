@@ -281,3 +281,24 @@ def test_env_alone_without_corpus_retriever_explains(family):
     env.reset(family.tasks("musique_hipporag")[0])  # paragraphs carried: no corpus needed
     assert env.step(env.expert_action()).observation.startswith("<information>")
     assert Passage("1", "no title line").title == ""
+
+
+def test_invalid_penalty_reaches_the_qa_return(family):
+    """env.invalid_penalty is part of every family's return, QA included (it used to keep only the answer's EM)."""
+    from talentrl_core.generation import GenResult
+    from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, run_episodes
+
+    class OneSlipThenExpert(ExpertPolicy):
+        slipped = False
+
+        def complete(self, items):
+            if not self.slipped and all(it.kind == "exec" for it in items):
+                self.slipped = True
+                return [GenResult(text="search for it", token_ids=[], prompt_tokens=0) for _ in items]
+            return super().complete(items)
+
+    task = family.tasks("hotpotqa_distractor")[0]
+    settings = RolloutSettings.of(family.cfg, run_id="qa-penalty", split="hotpotqa_distractor")
+    (t,) = run_episodes(family.make, [EpisodeSpec(task)], OneSlipThenExpert(), settings, progress=False)
+    assert t.success and sum(not s.valid for s in t.steps) == 1
+    assert t.final_reward == pytest.approx(1.0 + family.cfg.invalid_penalty)  # EM 1, one invalid step at -0.1

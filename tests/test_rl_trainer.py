@@ -196,7 +196,7 @@ def test_matched_arms_share_seed_and_initial_state(one_step, family):
     # route/divergence counts the matched pairs whose actions differ between the arms
     n, diff = tr.per_arm, 0
     for gr in one_step["groups"]:
-        acts = [[s.action for s in t.steps if not s.action.startswith("talent:")] for t in gr.trajs]
+        acts = [[s.action for s in t.env_steps()] for t in gr.trajs]
         diff += sum(acts[j] != acts[n + j] for j in range(n))
     assert one_step["stats"]["divergence_sum"] == pytest.approx(diff / n)
     # same seed + same talent in both arms → the same episode, action for action

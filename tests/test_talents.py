@@ -306,7 +306,7 @@ def test_skip_forced_drops_only_the_steps_constrained_decoding_takes_unasked(kno
     every = build_sft_data(runs, k, cfg)
     chosen = build_sft_data(runs, k, dataclasses.replace(cfg, skip_forced=True))
     n_forced = sum(1 for t in runs if t.success for s in t.steps
-                   if s.valid and s.action and not s.action.startswith("talent:") and forced(t.env, s.admissible))
+                   if s.valid and s.action and not s.is_routing and forced(t.env, s.admissible))
     assert n_forced > 0
     assert len(every.samples) - len(chosen.samples) == n_forced
     for s in chosen.samples:

@@ -157,7 +157,7 @@ def open_panel(cfg: TalentRLConfig, panel: str, progress: bool):
 def route_probability(t) -> Optional[float]:
     """The probability of ``t``'s routing completion (its menu-constrained token log-probs summed): the router's
     confidence in the talent it chose. None when the episode has no policy routing step with log-probs."""
-    step = next((s for s in t.steps if s.action.startswith("talent:")), None)
+    step = next((s for s in t.steps if s.is_routing), None)
     return round(math.exp(sum(step.logprobs)), 4) if step is not None and step.logprobs else None
 
 

@@ -31,7 +31,7 @@ from .distill_offline import DistillResult, mistake_links
 from .embed import TextEncoder, default_cache_dir
 from .schema import KIND_PREFIX, LabelRecord, SkillRecord, TalentRecord, content_id
 from .teacher_client import OpenAIChat, ResponseCache, Teacher
-from .templates import is_env_step, trajectory_tokens, type_label
+from .templates import trajectory_tokens, type_label
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3, max_length=600)]
 LongText = Annotated[str, StringConstraints(strip_whitespace=True, min_length=10, max_length=1500)]
@@ -116,7 +116,7 @@ TALENT_SCHEMA = (
 
 
 def summarise(t: Trajectory, max_actions: int = 30) -> str:
-    acts = [s.action or "(invalid)" for s in t.steps if is_env_step(s.action)]
+    acts = [s.action or "(invalid)" for s in t.env_steps()]
     more = f" | ... ({len(acts) - max_actions} more)" if len(acts) > max_actions else ""
     return (
         f"- Goal: {cut(goal_of(t), 200)}\n  Outcome: {'success' if t.success else 'failure'} (reward {t.final_reward:g})\n"

@@ -23,7 +23,6 @@ from typing import Iterable, Optional, Sequence
 INVALID = "(invalid command)"
 REPEATED = " [repeated]"
 SAME_REPEATED = " [same command repeated]"
-ROUTING_PREFIX = "talent:"
 "Routing steps are stored with action ``talent:<id>``; they are not environment actions."
 
 DIRECTIONS = {"north", "south", "east", "west", "up", "down", "northeast", "northwest", "southeast", "southwest"}
@@ -116,10 +115,6 @@ def abstract_action(env: str, action: Optional[str], valid: bool = True) -> str:
     return " ".join(out)
 
 
-def is_env_step(action: Optional[str]) -> bool:
-    return not (action or "").startswith(ROUTING_PREFIX)
-
-
 def collapse(templates: Sequence[str], concrete: Sequence[str], mark: bool = True) -> tuple[list[str], list[str]]:
     """Collapse runs of equal templates; returns (tokens, the concrete command(s) of each token).
 
@@ -182,7 +177,7 @@ def trajectory_tokens(env: str, steps: Iterable, coarse: bool = False) -> tuple[
     """
     templates, concrete = [], []
     for s in steps:
-        if not is_env_step(s.action):
+        if s.is_routing:
             continue
         t = abstract_action(env, s.action, s.valid)
         templates.append(coarsen(t) if coarse else t)

@@ -32,7 +32,7 @@ def rollout_counts(trajs: Sequence[Trajectory]) -> dict[str, float]:
     """What the step's rollouts add to the sums (routing pseudo-steps ``talent:…`` are not env steps)."""
     return {
         "episodes": len(trajs), "reward_sum": sum(t.final_reward for t in trajs), "success": sum(t.success for t in trajs),
-        "env_steps": sum(sum(1 for s in t.steps if not s.action.startswith("talent:")) for t in trajs),
+        "env_steps": sum(len(t.env_steps()) for t in trajs),
         "invalid": sum(t.n_invalid for t in trajs), "errors": sum(1 for t in trajs if t.error),
         "gen_tokens": sum(s.completion_tokens for t in trajs for s in t.steps),
     }

@@ -77,7 +77,7 @@ def execution_samples(traj: Trajectory, tokenizer, keep: Optional[int], constrai
     """One sample per model-generated execution step of ``traj`` (routing steps and empty completions skipped)."""
     out = []
     for step in traj.steps:
-        if step.action.startswith("talent:") or not step.completion_ids:
+        if step.is_routing or not step.completion_ids:
             continue
         if not step.logprobs or len(step.logprobs) != len(step.completion_ids):
             raise ValueError(

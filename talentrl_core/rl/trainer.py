@@ -234,7 +234,7 @@ class RLTrainer:
             entropy, p_first = routing.menu_stats(gr)
             st["entropy_sum"] += entropy
             st["p_first_sum"] += p_first
-            acts = [[x.action for x in t.steps if not x.action.startswith("talent:")] for t in gr.trajs]
+            acts = [[x.action for x in t.env_steps()] for t in gr.trajs]
             st["divergence_sum"] += matched_divergence([[a for a, k in zip(acts, arms) if k == arm] for arm in range(self.n_arms)])
             if zero_variance_mask([R])[0]:
                 st["groups_zero_var"] += 1

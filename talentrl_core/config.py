@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Optional
+from typing import Any, Optional
 
 
 _POSITIVE = ("> 0", lambda v: v > 0)
@@ -84,6 +84,17 @@ class TrackerMode(StrEnum):
     offline = "offline"
     online = "online"
     disabled = "disabled"
+
+
+FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
+    "alfworld": {"max_steps": 50, "expert": "handcoded", "obs_chars": 300},
+    "qa": {"max_steps": 4, "retriever": "bm25", "topk": 3, "obs_chars": 600},
+    "textworld": {"challenges": ["tw-coin_collector"], "challenge_settings": "level=5", "max_steps": 25,
+                  "train_seeds": [1, 200], "eval_seeds": [100001, 100050]},
+    "webshop": {"max_steps": 15, "obs_chars": 600, "history": 1},
+}
+"""Each family's own settings over the ``EnvConfig`` defaults: what ``conf/env/<name>.yaml`` sets (a test holds the
+two equal) and what an evaluation panel of another family runs with (``EnvConfig.of_family``)."""
 
 
 @dataclass
@@ -162,6 +173,11 @@ class EnvConfig:
         if self.retriever not in ("bm25", "dense", "http"):
             raise ValueError(f"env.retriever={self.retriever!r}: choose bm25, dense or http")
 
+    @classmethod
+    def of_family(cls, name: str, **overrides) -> "EnvConfig":
+        """The settings of family ``name`` (``FAMILY_SETTINGS`` over the defaults), then ``overrides``."""
+        return cls(name=EnvName(name), **{**FAMILY_SETTINGS[str(name)], **overrides})
+
 
 @dataclass
 class ModelConfig:
@@ -226,6 +242,9 @@ class ModelConfig:
         if self.device not in ("auto", "cpu", "cuda", "mps") and not self.device.startswith("cuda:"):
             raise ValueError(f"model.device={self.device!r}: choose auto, cpu, cuda, cuda:<index> or mps")
         check_ranges("model", self, temperature=_NON_NEGATIVE, max_new_tokens=_AT_LEAST_1)
+        if self.backend == Backend.openai and self.decoding == Decoding.constrained:
+            raise ValueError("model.backend=openai with model.decoding=constrained: an OpenAI-compatible endpoint takes no "
+                             "token mask, so the admissible actions would not constrain it; set model.decoding=free")
         if self.kind == ModelKind.tiny:  # the byte-level BPE needs its 256 bytes and the special tokens
             check_ranges("model", self, vocab_size=(">= 512 for the tiny model's byte-level tokenizer", lambda v: v >= 512),
                          max_position_embeddings=(">= 256: shorter contexts cut every prompt", lambda v: v >= 256))

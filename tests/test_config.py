@@ -97,3 +97,23 @@ def test_out_of_range_values_are_refused_by_name(override, named):
 def test_a_group_of_one_per_arm_is_refused():
     with pytest.raises(ConfigError, match="group of one"):
         load_config(["rl.group_size=1", "rl.n_arms=1", "rl.flat_baseline=true"])
+
+
+def test_each_env_yaml_is_its_family_settings_and_panels_of_another_family_use_them():
+    """conf/env/<name>.yaml and config.FAMILY_SETTINGS say the same, and an evaluation panel of another family runs
+    with its family's settings (cpu_full's ALFWorld panels ran the dataclass's 30 steps, not alfworld.yaml's 50)."""
+    from pathlib import Path
+
+    import yaml
+
+    from pipeline.config import load_config
+    from talentrl_core.config import FAMILY_SETTINGS
+    from talentrl_core.evaluation.runner import panel_env
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "env"
+    for f in sorted(conf.glob("*.yaml")):
+        assert yaml.safe_load(f.read_text()) == {"name": f.stem, **FAMILY_SETTINGS[f.stem]}, f
+    cfg = load_config(["experiment=cpu_full"])
+    env, split = panel_env(cfg, "alfworld_valid_seen")
+    assert (env.max_steps, env.expert, env.obs_chars, split) == (50, "handcoded", 300, "valid_seen")
+    assert panel_env(cfg, "textworld")[0] is cfg.env

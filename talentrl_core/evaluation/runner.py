@@ -89,7 +89,7 @@ def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
                          f"or qa_<set>")
     if cfg.env.name == name:
         return cfg.env, split
-    e = EnvConfig(name=name, cache_dir=cfg.env.cache_dir)
+    e = EnvConfig.of_family(name, cache_dir=cfg.env.cache_dir)  # the family's own step budget, not the defaults
     e.alfworld_archive = cfg.env.alfworld_archive
     e.qa_train_file, e.corpus = cfg.env.qa_train_file, cfg.env.corpus
     e.webshop_products, e.webshop_instructions = cfg.env.webshop_products, cfg.env.webshop_instructions

@@ -88,6 +88,7 @@ CASES = [
     ("env.eval_seeds={a: 1}", "env.eval_seeds is a list (list[int])"),
     ("++sft.lr=-1", "sft.lr=-1.0: must be > 0"),
     ("+sft.lr=-1", "+sft.lr=-1: sft.lr is already in the config and a single + only adds new keys; write sft.lr=-1"),
+    ("model.backend=openai", "model.backend=openai with model.decoding=constrained: an OpenAI-compatible endpoint takes no"),
 ]
 
 

@@ -15,11 +15,8 @@ the version it wrote) or ``refresh()`` is called.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import logging
-import shutil
 from collections import Counter, OrderedDict
-from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -29,28 +26,14 @@ import pyarrow as pa
 
 from ..config import LibraryConfig
 from . import integrity
+from .commit import TABLES, checked_rows, merged_tables, stamp_versions, write_tables
 from .embed import TextEncoder, embedder_for
 from .integrity import MANIFEST, LibraryDamagedError, LibraryReadError, commit_lock
 from .retrieval import RetrievalResult, SkillIndex
-from .schema import (
-    LABELS_SCHEMA,
-    VERSIONS_SCHEMA,
-    LabelRecord,
-    SkillRecord,
-    TalentRecord,
-    labels_from_arrow,
-    labels_to_arrow,
-    skills_from_arrow,
-    skills_schema,
-    skills_to_arrow,
-    talents_from_arrow,
-    talents_schema,
-    talents_to_arrow,
-)
+from .schema import LabelRecord, SkillRecord, TalentRecord, labels_from_arrow, skills_from_arrow, talents_from_arrow
 
 log = logging.getLogger(__name__)
 
-TABLES = ("skills", "talents", "labels")
 
 
 @contextlib.contextmanager
@@ -356,98 +339,16 @@ class Library:
 
     def _commit(self, latest: "Library", env, skills, talents, labels, *, note: str = "") -> int:
         enc = self.embedder
-        skills = [replace(s) for s in skills]  # copies: versions and vectors are set below
-        talents = [replace(t) for t in talents]
-        labels = [replace(l) for l in labels]
-        self._check_links(env, skills, talents, labels)
-        self._fill_vectors(enc, skills)
-        self._fill_vectors(enc, talents)
+        skills, talents, labels = checked_rows(env, enc, skills, talents, labels)
         dim = enc.dim
         if latest.dim is not None and latest.dim != dim:
             raise ValueError(f"{self.uri} holds {latest.dim}-d vectors ({latest.embedder_name}); this embedder gives {dim}-d")
         new_version = latest.version + 1
-        prev_s = {s.skill_id: s for s in latest.skills(env)}
-        prev_t = {t.talent_id: t for t in latest.talents(env)}
-        prev_l = {(l.kind, l.task_type, l.traj_uid, l.task_id): l for l in latest.labels(env)}
-        for s in skills:
-            old = prev_s.get(s.skill_id)
-            s.library_version = old.library_version if old and old.content() == s.content() else new_version
-        for t in talents:
-            old = prev_t.get(t.talent_id)
-            t.library_version = old.library_version if old and old.content() == t.content() else new_version
-        for l in labels:
-            old = prev_l.get((l.kind, l.task_type, l.traj_uid, l.task_id))
-            l.library_version = old.library_version if old and old.content() == l.content() else new_version
-        all_s = [s for s in latest.skills() if s.env != env] + skills
-        all_t = [t for t in latest.talents() if t.env != env] + talents
-        all_l = [l for l in latest.labels() if l.env != env] + labels
-        all_s.sort(key=lambda s: (s.env, s.skill_id))
-        all_t.sort(key=lambda t: (t.env, t.talent_id))
-        all_l.sort(key=lambda l: (l.env, l.kind, l.task_type, l.traj_uid, l.task_id))
-        data = {
-            "skills": skills_to_arrow(all_s, dim),
-            "talents": talents_to_arrow(all_t, dim),
-            "labels": labels_to_arrow(all_l),
-        }
-        table_versions = {}
-        existing = _table_names(self._db)
-        if integrity.state(self.uri) == "interrupted":  # a killed first commit: its tables were never visible
-            for name in [n for n in existing if integrity.uncommitted(self.uri, n)]:
-                log.info("library %s: removed %s.lance, left uncommitted by a first commit that was interrupted",
-                         self.uri, name)
-                shutil.rmtree(Path(self.uri) / f"{name}.lance")
-                existing.discard(name)
-        for name in TABLES:
-            if name in existing:
-                t = self._db.open_table(name)
-                t.add(data[name], mode="overwrite")
-            else:
-                t = self._db.create_table(name, data[name])
-            table_versions[name] = int(t.version)
-        row = {
-            "library_version": new_version,
-            "skills_table_version": table_versions["skills"],
-            "talents_table_version": table_versions["talents"],
-            "labels_table_version": table_versions["labels"],
-            "created_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "note": note,
-            "embedder": enc.name,
-            "dim": dim,
-        }
-        mt = pa.Table.from_pylist([row], schema=VERSIONS_SCHEMA)
-        if MANIFEST in existing:
-            self._db.open_table(MANIFEST).add(mt)
-        else:
-            self._db.create_table(MANIFEST, mt)
+        stamp_versions(latest, env, new_version, skills, talents, labels)
+        data = merged_tables(latest, env, dim, skills, talents, labels)
+        row = write_tables(self._db, self.uri, _table_names(self._db), data,
+                           {"library_version": new_version, "note": note, "embedder": enc.name, "dim": dim})
         log.info("library %s: wrote version %d (%s; %s: %d skills, %d talents, %d labels)",
                  self.uri, new_version, note, env, len(skills), len(talents), len(labels))
         self._load(row)
         return new_version
-
-    @staticmethod
-    def _check_links(env: str, skills, talents, labels) -> None:
-        ids = {s.skill_id for s in skills}
-        if len(ids) != len(skills):
-            dup = [k for k, n in Counter(s.skill_id for s in skills).items() if n > 1]
-            raise ValueError(f"duplicate skill ids {dup[:5]}")
-        tids = {t.talent_id for t in talents}
-        for rec in list(skills) + list(talents) + list(labels):
-            if rec.env != env:
-                raise ValueError(f"commit for env {env!r} got a row of env {rec.env!r}")
-        for t in talents:
-            bad = [s for s in t.skill_ids if s not in ids]
-            if bad:
-                raise ValueError(f"talent {t.talent_id} links unknown skills {bad[:5]}")
-        bad_labels = sorted({l.talent_id for l in labels} - tids)
-        if bad_labels:
-            raise ValueError(f"labels name unknown talents {bad_labels[:5]}")
-
-    @staticmethod
-    def _fill_vectors(enc: TextEncoder, records) -> None:
-        todo = [r for r in records if r.vector is None]
-        if todo:
-            vecs = enc.encode([r.text() for r in todo])
-            for r, v in zip(todo, vecs):
-                r.vector = [float(x) for x in v]
-
-

@@ -12,13 +12,12 @@ from talentrl_core.config import ExecGroup, TokenAgg
 from talentrl_core.rl.advantages import (
     aem_eta,
     aem_modulate,
-    apply_invalid_penalty,
     execution_advantages,
     response_surprisal,
     routing_advantages,
     zero_variance_mask,
 )
-from talentrl_core.rl.loss import approx_kl_k3, combine_losses, ppo_clip_loss, token_advantages
+from talentrl_core.rl.loss import approx_kl_k3, ppo_clip_loss, token_advantages
 
 # ---------------------------------------------------------------- routing advantage
 
@@ -137,13 +136,6 @@ def test_response_surprisal_pools_tokens_of_a_trajectory():
 # ---------------------------------------------------------------- invalid penalty
 
 
-def test_invalid_penalty():
-    np.testing.assert_allclose(apply_invalid_penalty([1.0, 0.0, 0.5], [0, 3, 1], -0.05), [1.0, -0.15, 0.45])
-    np.testing.assert_allclose(apply_invalid_penalty([1.0], [4], 0.0), [1.0])
-    with pytest.raises(ValueError, match="<= 0"):
-        apply_invalid_penalty([1.0], [1], 0.1)
-
-
 # ---------------------------------------------------------------- PPO loss
 
 
@@ -243,14 +235,6 @@ def test_ppo_shape_errors():
         ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 3), torch.zeros(3), torch.ones(2, 3))
     with pytest.raises(ValueError, match="shapes differ"):
         ppo_clip_loss(torch.zeros(2, 3), torch.zeros(2, 2), torch.zeros(2), torch.ones(2, 3))
-
-
-def test_combine_losses():
-    assert combine_losses(torch.tensor(2.0), torch.tensor(4.0), 0.25).item() == pytest.approx(3.0)
-    assert combine_losses(torch.tensor(2.0), None, 0.25).item() == pytest.approx(2.0)
-
-
-# ---------------------------------------------------------------- sample kinds -> advantages
 
 
 def test_routing_tokens_receive_routing_advantage_and_execution_tokens_execution_advantage():

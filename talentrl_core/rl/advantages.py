@@ -15,7 +15,6 @@ every arm starts from the same state and rollout ``j`` of every arm shares sampl
   arms. Near 0 means the executor ignores the talent, so no routing contrast can arise.
 * ``aem_modulate`` / ``aem_eta`` / ``response_surprisal`` — optional AEM-style surprisal modulation
   (ours; the AEM paper's exact proxy is not public).
-* ``apply_invalid_penalty`` — the per-invalid-action reward penalty of DESIGN.md §2.
 
 Standard deviations are **population** standard deviations (``ddof=0``, divide by ``n``), unlike verl's
 and TRL's GRPO which use ``torch.std`` (Bessel-corrected, ``n-1``). With ``ddof=0`` a single-member
@@ -277,25 +276,6 @@ def aem_eta(step: int, total: int, eta0: float) -> float:
         return float(eta0)
     frac = min(max(step, 0), total - 1) / (total - 1)
     return float(eta0 * (1.0 - 2.0 * frac))
-
-
-def apply_invalid_penalty(rewards: ArrayLike, n_invalid: ArrayLike, penalty: float) -> np.ndarray:
-    """Add ``penalty`` per invalid action to each trajectory's reward (DESIGN.md §2, ``env.invalid_penalty``).
-
-        R'_i = R_i + penalty · n_invalid_i          penalty <= 0
-
-    >>> apply_invalid_penalty([1.0, 0.0, 1.0], [0, 2, 1], -0.1).round(4).tolist()
-    [1.0, -0.2, 0.9]
-    """
-    if penalty > 0:
-        raise ValueError(f"penalty={penalty} is added to the reward: make it <= 0")
-    r = np.asarray(rewards, dtype=np.float64).reshape(-1)
-    n = np.asarray(n_invalid, dtype=np.float64).reshape(-1)
-    if r.shape != n.shape:
-        raise ValueError(f"rewards has {r.size} entries but n_invalid has {n.size}: one count per trajectory")
-    if (n < 0).any():
-        raise ValueError("n_invalid counts must be >= 0")
-    return r + penalty * n
 
 
 def trajectory_surprisal(ex) -> np.ndarray:

@@ -9,8 +9,8 @@ Both sample kinds (routing: task + talent menu → ``<talent>ID</talent>``; exec
 ``<think>…</think><action>…</action>``) use the same per-token loss; only the advantage differs
 (``token_advantages``). Prompt and environment tokens are masked out. The optional KL term uses the k3
 estimator of http://joschu.net/blog/kl-approx.html (as TRL's GRPO and tiny-grpo do); it sits inside
-each ``ppo_clip_loss`` call, so in ``combine_losses`` the routing call's KL is weighted by ``α_route``
-too.
+each ``ppo_clip_loss`` call. ``L_total`` is formed in ``update.py``: each routing micro-batch's loss is weighted by
+``α_route`` (its KL with it), each execution micro-batch's by 1, their sum being the mini-batch-wide aggregate.
 
 Aggregations (``RLConfig.token_agg``):
     token_mean           Σ_{b,t} m·ℓ / Σ_{b,t} m — every completion token weighs the same (DAPO; TRL's
@@ -156,19 +156,6 @@ def ppo_clip_loss(
         metrics["ratio_mean"] = float((ratio * m).sum() / n_tok)
         metrics["ratio_max"] = float(ratio.masked_fill(m == 0, float("-inf")).max()) if m.any() else 1.0
     return loss, metrics
-
-
-def combine_losses(l_exec: torch.Tensor, l_route: Optional[torch.Tensor], alpha_route: float) -> torch.Tensor:
-    """``L = L_exec + α_route · L_route`` (DESIGN.md §5); ``l_route=None`` for the flat-skill baseline.
-
-    >>> combine_losses(torch.tensor(1.0), torch.tensor(2.0), 0.5).item()
-    2.0
-    >>> combine_losses(torch.tensor(1.0), None, 0.5).item()
-    1.0
-    """
-    if l_route is None:
-        return l_exec
-    return l_exec + alpha_route * l_route
 
 
 def token_advantages(

@@ -45,7 +45,7 @@ def load(folder: Path, sft: Path):
 def routing_prompts(cfg):
     """(task type, routing label, prompt messages, menu) of each training task with a successful trajectory."""
     from talentrl_core.knowledge import open_knowledge
-    from talentrl_core.prompts import routing_messages, routing_view
+    from talentrl_core.prompts import routing_prompt
     from talentrl_core.sft import routing_label
     from talentrl_core.stages import train_trajectories
 
@@ -57,8 +57,8 @@ def routing_prompts(cfg):
         label, menu = routing_label(knowledge, t), knowledge.menu(t.env)
         if label and menu:
             seen.add(t.task_id)
-            view = routing_view(t.goal, t.initial_observation, cfg.env.routing_obs_chars)
-            rows.append((t.task_type, label, routing_messages(t.env, t.goal, menu, view), menu))
+            rows.append((t.task_type, label, routing_prompt(t.env, t.goal, t.initial_observation, menu,
+                                                            cfg.env.routing_obs_chars), menu))
     return rows
 
 

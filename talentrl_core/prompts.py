@@ -173,6 +173,12 @@ def routing_view(goal: str, first_observation: str, obs_chars: int) -> str:
     return observation_text(first_observation or "", goal, obs_chars) if obs_chars > 0 else ""
 
 
+def routing_prompt(env: str, goal: str, first_observation: str, menu: Sequence[TalentView], obs_chars: int) -> list[dict]:
+    """The routing prompt of a task as SFT, RL and evaluation all build it: ``routing_messages`` over what the router
+    sees of the first observation (``routing_view``)."""
+    return routing_messages(env, goal, menu, routing_view(goal, first_observation, obs_chars))
+
+
 def routing_messages(env: str, goal: str, menu: Sequence[TalentView], observation: str = "") -> list[dict]:
     """The routing prompt: the task, what the router sees of the first observation (``routing_view``), the menu."""
     lines = [f"{t.shown}: {escape_data(t.name)} — {escape_data(t.when_to_apply)}" for t in menu]
@@ -196,6 +202,16 @@ class ExecContext:
     obs_chars: int = 400
     extra_rules: str = ""
     meta: dict = field(default_factory=dict)
+
+
+def exec_context(env: str, goal: str, observation: str, talent: Optional[TalentView], skills: Sequence[SkillView],
+                 past: Sequence[tuple[str, str]], n_history: int, admissible: Optional[Sequence[str]],
+                 obs_chars: int) -> ExecContext:
+    """The execution prompt's context at one step, as SFT (``sft_data.execution_samples``) and the rollout loop both
+    build it: the last ``n_history`` (observation, action) pairs of ``past`` and every action so far."""
+    return ExecContext(env=env, goal=goal, observation=observation, talent=talent, skills=skills,
+                       history=past[-n_history:] if n_history else (), admissible=admissible, obs_chars=obs_chars,
+                       actions=[a for _, a in past])
 
 
 def _cut(s: str, n: int) -> str:

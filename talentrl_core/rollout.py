@@ -28,17 +28,16 @@ from .envs.base import INVALID_ACTION_OBS, Env, Task
 from .generation import GenRequest, GenResult
 from .prompts import (
     CHAT_TEMPLATE_KWARGS,
-    ExecContext,
     SkillView,
     TalentView,
+    exec_context,
     execution_messages,
     format_action,
     format_talent,
-    parse_for_env,
     menu_choice,
+    parse_for_env,
     parse_talent,
-    routing_messages,
-    routing_view,
+    routing_prompt,
 )
 from .trajectories import Step, Trajectory, routing_action
 
@@ -306,8 +305,7 @@ class _EpisodeRunner:
         elif spec.routing == "policy":
             menu = kn.menu(task.env)
             if menu:
-                seen = routing_view(slot.traj.goal, slot.obs, settings.routing_obs_chars)
-                slot.routing_msgs = routing_messages(task.env, slot.traj.goal, menu, seen)
+                slot.routing_msgs = routing_prompt(task.env, slot.traj.goal, slot.obs, menu, settings.routing_obs_chars)
                 return  # resolved in the batched routing call
         self.set_talent(slot, talent)
 
@@ -355,11 +353,8 @@ class _EpisodeRunner:
 
     def exec_input(self, s: _Slot) -> PolicyInput:
         settings = self.settings
-        ctx = ExecContext(
-            env=s.traj.env, goal=s.traj.goal, observation=s.obs, talent=s.ctx.talent, skills=s.ctx.skills,
-            history=s.history[-settings.history:] if settings.history else (), admissible=s.admissible,
-            actions=[a for _, a in s.history], obs_chars=settings.obs_chars,
-        )
+        ctx = exec_context(s.traj.env, s.traj.goal, s.obs, s.ctx.talent, s.ctx.skills, s.history, settings.history,
+                           s.admissible, settings.obs_chars)
         n_exec = _exec_steps(s.traj)
         return PolicyInput("exec", execution_messages(ctx), action_completions(s.traj.env, s.admissible),
                            None if s.spec.seed is None else s.spec.seed * 1000 + n_exec, s.env, s.traj.env,

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 from .config import SFTConfig
-from .prompts import (CHAT_TEMPLATE_KWARGS, ExecContext, execution_messages, format_action, format_talent, routing_messages,
-                      routing_view, shown_id)
+from .prompts import (CHAT_TEMPLATE_KWARGS, exec_context, execution_messages, format_action, format_talent, routing_prompt,
+                      shown_id)
 from .rl.seeding import derive_seed
 from .rollout import Knowledge, action_completions
 from .trajectories import Trajectory
@@ -63,9 +63,7 @@ def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[s
         if not s.valid or not s.action or (skip_forced and forced(t.env, s.admissible)):
             hist.append((obs, s.action or s.completion))
             continue
-        ec = ExecContext(env=t.env, goal=t.goal, observation=obs, talent=ctx.talent, skills=ctx.skills,
-                         history=hist[-history:] if history else (), admissible=s.admissible, obs_chars=obs_chars,
-                         actions=[a for _, a in hist])
+        ec = exec_context(t.env, t.goal, obs, ctx.talent, ctx.skills, hist, history, s.admissible, obs_chars)
         msgs = execution_messages(ec) + [{"role": "assistant", "content": format_action(t.env, s.action)}]
         out.append({"messages": msgs, "kind": "exec", "task_id": t.task_id, "talent_id": talent_id or "",
                     "skill_ids": list(ctx.skill_ids)})
@@ -114,8 +112,8 @@ def build_sft_data(
         route_to = routing_label(knowledge, t)
         if cfg.include_routing and route_to and menu and t.task_id not in routed:  # one routing sample per task
             routed.add(t.task_id)
-            seen = routing_view(t.goal, t.initial_observation, routing_obs_chars)
-            msgs = routing_messages(t.env, t.goal, menu, seen) + [{"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
+            msgs = routing_prompt(t.env, t.goal, t.initial_observation, menu, routing_obs_chars) + [
+                {"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
             samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": []})
         flat = rendered_flat(t, cfg.flat_share, cfg.seed)
         n_flat += flat

@@ -42,8 +42,11 @@ def test_sft_context_equals_inference_retrieval(world):
     assert label is not None
     # inference: the same task under the same talent, played by the expert, records the prompt it saw
     replay = run_episodes(fam.make, [EpisodeSpec(tasks[0], routing="fixed", talent_id=label)], ExpertPolicy(), RolloutSettings(), knowledge, progress=False)[0]
-    first_exec = [s for s in data.samples if s["kind"] == "exec" and s["task_id"] == t.task_id][0]
-    assert json.loads(replay.steps[0].prompt) == first_exec["messages"][:-1]
+    execs = [s for s in data.samples if s["kind"] == "exec" and s["task_id"] == t.task_id]
+    first_exec = execs[0]
+    # at every step, not only the first: the same history window, actions so far and skills (prompts.exec_context)
+    assert len(execs) == len(replay.env_steps()) > 1
+    assert [json.loads(s.prompt) for s in replay.env_steps()] == [e["messages"][:-1] for e in execs]
     assert replay.retrieved_skill_ids == first_exec["skill_ids"] and first_exec["skill_ids"]
     route = [s for s in data.samples if s["kind"] == "route" and s["task_id"] == t.task_id][0]
     shown = {m.talent_id: m.label for m in knowledge.menu("textworld")}

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..envs.base import Task
-from ..prompts import format_talent, routing_messages
+from ..prompts import format_talent, routing_prompt
 from ..rollout import EpisodeSpec, Knowledge
 from ..trajectories import Trajectory
 from .advantages import routing_advantages
@@ -71,19 +71,21 @@ def plan_groups(seed: int, step: int, tasks: Sequence[tuple[int, Task]], per_arm
 
 
 def menu_candidates(groups: Sequence[Group], knowledge: Knowledge, tok, keep: Optional[int],
-                    goal_of: Callable[[Task], tuple[str, str]], n_talent_arms: int, n_arms_setting: str) -> list[Sample]:
+                    goal_of: Callable[[Task], tuple[str, str]], obs_chars: int, n_talent_arms: int,
+                    n_arms_setting: str) -> list[Sample]:
     """Every (task, menu talent) routing completion to score, group by group in menu order; fills ``goal`` and
-    ``menu_ids``. ``n_arms_setting`` names the settings in the error when the menu is too short."""
+    ``menu_ids``. ``goal_of(task)`` = (goal, first observation); ``n_arms_setting`` names the settings in the error
+    when the menu is too short."""
     candidates: list[Sample] = []
     for gr in groups:
-        gr.goal, seen = goal_of(gr.task)
+        gr.goal, first = goal_of(gr.task)
         menu = knowledge.menu(gr.task.env)
         if len(menu) < n_talent_arms:
             raise ValueError(
                 f"env {gr.task.env}: the talent menu has {len(menu)} talents but {n_talent_arms} talent arms are "
                 f"needed ({n_arms_setting}); lower rl.n_arms or train the flat baseline (rl.flat_baseline=true)")
         gr.menu_ids = [t.talent_id for t in menu]
-        prompt = chat_prompt_ids(tok, routing_messages(gr.task.env, gr.goal, menu, seen), keep)
+        prompt = chat_prompt_ids(tok, routing_prompt(gr.task.env, gr.goal, first, menu, obs_chars), keep)
         allowed = [format_talent(t.shown) for t in menu]
         for t in menu:
             candidates.append(Sample("route", prompt, completion_ids_of(tok, format_talent(t.shown)), [], allowed, gr.index))

@@ -68,7 +68,6 @@ from ..config import Backend, TalentRLConfig
 from ..envs.base import Task
 from ..io import write_json
 from ..precision import autocast
-from ..prompts import routing_view
 from ..rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
 from ..tracking import NullTracker, redact
 from . import routing
@@ -167,13 +166,12 @@ class RLTrainer:
         return mine
 
     def _goal(self, task: Task) -> tuple[str, str]:
-        """(goal, what the router sees of the first observation) of ``task``, read once from a reset."""
+        """(goal, first observation) of ``task``, read once from a reset."""
         if task.task_id not in self._goals:
             if self._goal_env is None:
                 self._goal_env = self.family.make()
             first = self._goal_env.reset(task)
-            goal = self._goal_env.goal()
-            self._goals[task.task_id] = (goal, routing_view(goal, first, self.settings.routing_obs_chars))
+            self._goals[task.task_id] = (self._goal_env.goal(), first)
         return self._goals[task.task_id]
 
     # -- 2. route (routing.py) -----------------------------------------------------------------------------
@@ -185,7 +183,8 @@ class RLTrainer:
             for gr in groups:
                 gr.talents, gr.route_samples = [None], [None]
             return groups
-        candidates = routing.menu_candidates(groups, self.knowledge, self.tok, self.keep, self._goal, self.n_talent_arms,
+        candidates = routing.menu_candidates(groups, self.knowledge, self.tok, self.keep, self._goal,
+                                             self.settings.routing_obs_chars, self.n_talent_arms,
                                              f"rl.n_arms={self.rl.n_arms}, no_talent_arm={self.rl.no_talent_arm}")
         model = self.unwrapped()
         model.eval()

@@ -17,6 +17,13 @@ The md5 DVC records for each out equals the data version Dagster stored (both ar
 
 The other way round, after ``dvc repro``: ``python -m pipeline.dvc_sync --to-dagster`` reports the
 outputs to the Dagster instance as materialisations whose data version is the dvc.lock md5.
+
+The committed dvc.lock is written by ``python -m pipeline.dvc_sync --lock`` (``refresh_lock``): for every stage, its
+command, the md5 of each code dep as the files are now and the params.yaml values it tracks; outputs (and the
+artifact deps, which are upstream outputs) are listed without a hash, because they come from a run (``make demo``
+or ``dvc repro`` records them on the machine that has them, in its DVC cache). A fresh clone's ``dvc status`` then
+names only missing outputs, and ``dvc plots show`` / ``dvc exp run`` never look for a cached folder listing that no
+cache or remote of the clone holds (tests/test_dvc_fresh.py).
 """
 
 from __future__ import annotations
@@ -69,6 +76,36 @@ def record(stages: Sequence[str], overrides: Optional[Sequence[str]] = None, roo
     if ready:
         dvc("commit", "-f", "-q", *ready, root=root)
     return ready
+
+
+def refresh_lock(root: Path = ROOT) -> list[str]:
+    """Rewrite dvc.lock for the code and params.yaml as they are: deps on code hashed by DVC, params read from
+    params.yaml, outputs and artifact deps without a hash (they come from a run). Returns the stages written."""
+    import logging
+
+    from dvc.repo import Repo
+    from dvc_data.hashfile.hash_info import HashInfo
+    from dvc_data.hashfile.meta import Meta
+
+    logging.getLogger("dvc").setLevel(logging.WARNING)  # not "Updating lock file" once per stage
+    lock = root / "dvc.lock"
+    lock.unlink(missing_ok=True)  # nothing of an earlier lock is kept: every entry is recomputed
+    with Repo(str(root)) as repo:
+        stages = {s.name: s for s in repo.index.stages if getattr(s, "cmd", None)}
+        outs = {str(o.def_path) for s in stages.values() for o in s.outs}
+        done = []
+        for name in [s for s in STAGE_ORDER if s in stages] + sorted(set(stages) - set(STAGE_ORDER)):
+            stage = stages[name]
+            for dep in stage.deps:
+                if str(dep.def_path) in outs:
+                    dep.hash_info, dep.meta = HashInfo(), Meta()
+                else:
+                    dep.save()
+            for out in stage.outs:
+                out.hash_info, out.meta = HashInfo(), Meta()
+            stage.dump(update_pipeline=False)
+            done.append(name)
+    return done
 
 
 def from_dagster(instance=None) -> tuple[list[str], list[str]]:
@@ -157,7 +194,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("-o", "--override", action="append", default=None, help="a Hydra override (repeatable)")
     p.add_argument("--from-dagster", action="store_true", help="take stages and overrides from the Dagster instance")
     p.add_argument("--to-dagster", action="store_true", help="report what dvc.lock records to Dagster instead")
+    p.add_argument("--lock", action="store_true",
+                   help="rewrite dvc.lock for the committed code and params.yaml (outputs without a hash)")
     args = p.parse_args(argv)
+    if args.lock:
+        print(f"dvc.lock: code and params of {', '.join(refresh_lock())} (outputs come from a run)")
+        return 0
     if args.to_dagster:
         print(f"reported to Dagster: {', '.join(to_dagster()) or 'nothing'}")
         return 0

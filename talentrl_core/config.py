@@ -596,8 +596,6 @@ class TalentRLConfig:
     "Benchmark data folder (read only)."
     artifacts_dir: str = "artifacts"
     "Everything a run writes goes under here."
-    seed: int = 0
-    "Global seed."
     keep_previous_runs: int = 1
     "SFT/RL output folders holding a run with other settings are moved to ``<folder>.prev-<time>``, never silently deleted; this many such copies are kept (0: delete them, saying so)."
     env: EnvConfig = field(default_factory=EnvConfig)

@@ -15,7 +15,7 @@ MAX_FUNCTION, MAX_CLASS, MAX_MODULE = 80, 300, 450
 RATCHET = {  # module (or module::Class) → its lines on 2026-12-03; shrink these, never grow them
     "envs/textworld_env.py": 857,
     "envs/alfworld.py": 774,
-    "config.py": 613,
+    "config.py": 611,
     "evaluation/report.py": 606,
     "envs/qa.py": 536,
     "rollout.py": 482,

@@ -3,7 +3,7 @@
 * ``trajectories``: every file carries the TalentRL schema tag and columns; > 0 episodes.
 * ``library``: the configured library version has skills and talents for ``cfg.env``; every task type
   with a successful episode there is covered by at least one skill (``SkillRecord.task_types``).
-* ``sft_checkpoint`` / ``rl_checkpoint`` (and flat GRPO beside it): loads with ``AutoModelForCausalLM``;
+* ``sft_checkpoint`` / ``rl_checkpoint`` / ``flat_grpo_checkpoint``: loads with ``AutoModelForCausalLM``;
   every weight finite.
 * ``evaluation``: promotion gate — on every panel, talentrl's success is not below talent_sft's by
   more than ``cfg.eval.promote_tolerance`` (metrics.json, ``talentrl_core.evaluation.report`` schema).
@@ -21,7 +21,7 @@ from talentrl_core.paths import ArtifactPaths
 from talentrl_core.trajectories import TrajectoryFileError, read_table, trajectory_files
 
 from .resources import TalentRLConfigSource
-from .stage_assets import evaluation, library, rl_checkpoint, sft_checkpoint, trajectories
+from .stage_assets import evaluation, library, sft_checkpoint, trajectories
 
 
 @dg.asset_check(asset=trajectories, blocking=True, description="Schema tag and columns valid; > 0 episodes.")
@@ -93,16 +93,14 @@ def sft_checkpoint_finite(talentrl: TalentRLConfigSource) -> dg.AssetCheckResult
     return _finite_checkpoint(ArtifactPaths.of(talentrl.load()).sft_checkpoint)
 
 
-@dg.asset_check(
-    asset=rl_checkpoint, blocking=True, description="TalentRL and flat-GRPO checkpoints load; all weights finite."
-)
+@dg.asset_check(asset="rl_checkpoint", blocking=True, description="Loads with AutoModelForCausalLM; all weights finite.")
 def rl_checkpoint_finite(talentrl: TalentRLConfigSource) -> dg.AssetCheckResult:
-    paths = ArtifactPaths.of(talentrl.load())
-    results = {"talentrl": _finite_checkpoint(paths.rl_checkpoint)}
-    if paths.flat_grpo_checkpoint.exists():
-        results["flat_grpo"] = _finite_checkpoint(paths.flat_grpo_checkpoint)
-    metadata = {f"{name}/{k}": v for name, r in results.items() for k, v in r.metadata.items()}
-    return dg.AssetCheckResult(passed=all(r.passed for r in results.values()), metadata=metadata)
+    return _finite_checkpoint(ArtifactPaths.of(talentrl.load()).rl_checkpoint)
+
+
+@dg.asset_check(asset="flat_grpo_checkpoint", blocking=True, description="Loads with AutoModelForCausalLM; all weights finite.")
+def flat_grpo_checkpoint_finite(talentrl: TalentRLConfigSource) -> dg.AssetCheckResult:
+    return _finite_checkpoint(ArtifactPaths.of(talentrl.load()).flat_grpo_checkpoint)
 
 
 def _metrics_check(talentrl: TalentRLConfigSource, gate) -> dg.AssetCheckResult:
@@ -166,6 +164,7 @@ STAGE_CHECKS = [
     library_covers_task_types,
     sft_checkpoint_finite,
     rl_checkpoint_finite,
+    flat_grpo_checkpoint_finite,
     talentrl_not_below_sft,
     evaluation_env_errors,
 ]

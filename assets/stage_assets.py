@@ -7,11 +7,14 @@ is the hash of the code folders its DVC stage depends on (read from ``dvc.yaml``
 
 Exceptions propagate: a stage that is not built yet raises ``StageNotBuilt`` and the asset fails.
 
-GPU placement (documented, not home-made): ``sft_checkpoint`` and ``rl_checkpoint`` carry
-``GPU_OP_TAGS``. ``dagster-k8s`` (``k8s_job_executor``) reads ``dagster-k8s/config`` to request a GPU
-for that step's pod; ``dagster-celery`` (``celery_executor``) routes the step to the ``gpu`` queue;
-``pool="gpu"`` lets ``dagster instance concurrency set gpu <n>`` cap concurrent GPU steps. The local
-in-process executor ignores all three.
+The rl stage is one multi-asset, ``rl``, with two assets: ``rl_checkpoint`` (TalentRL) and ``flat_grpo_checkpoint``
+(the flat-GRPO baseline, same rollout budget), each with its own data version, check and lineage. Selected together
+(the job, "Materialize all") one step trains both, as ``dvc repro``'s rl stage does; selected alone, only that one.
+
+GPU placement (documented, not home-made): ``sft_checkpoint`` and the ``rl`` step carry ``GPU_OP_TAGS``.
+``dagster-k8s`` (``k8s_job_executor``) reads ``dagster-k8s/config`` to request a GPU for that step's pod;
+``dagster-celery`` (``celery_executor``) routes the step to the ``gpu`` queue; ``pool="gpu"`` lets
+``dagster instance concurrency set gpu <n>`` cap concurrent GPU steps. The local in-process executor ignores all three.
 """
 
 
@@ -49,6 +52,10 @@ ASSET_OF_STAGE = {
     "rl": "rl_checkpoint",
     "evaluate": "evaluation",
 }
+"The asset whose data version is the stage's first DVC out (``output_of``)."
+RL_ASSET_OF_SYSTEM = {"talentrl": "rl_checkpoint", "flat_grpo": "flat_grpo_checkpoint"}
+ASSETS_OF_STAGE = {s: [a] for s, a in ASSET_OF_STAGE.items()} | {"rl": list(RL_ASSET_OF_SYSTEM.values())}
+"Every asset a stage materialises (what a selection of the stage must name)."
 
 
 def output_of(stage: str, cfg: TalentRLConfig) -> Path:
@@ -63,9 +70,11 @@ def output_of(stage: str, cfg: TalentRLConfig) -> Path:
     }[stage]
 
 
-def extra_outputs(stage: str, cfg: TalentRLConfig) -> dict[str, Path]:
-    """Further outputs of a stage, recorded by md5 in metadata (the rl stage also trains flat GRPO)."""
-    return {"flat_grpo": ArtifactPaths.of(cfg).flat_grpo_checkpoint} if stage == "rl" else {}
+def output_of_asset(asset: str, cfg: TalentRLConfig) -> Path:
+    """The file or folder whose DVC md5 is ``asset``'s data version."""
+    if asset == "flat_grpo_checkpoint":
+        return ArtifactPaths.of(cfg).flat_grpo_checkpoint
+    return output_of(next(s for s, a in ASSET_OF_STAGE.items() if a == asset), cfg)
 
 
 def code_version(stage: str, dvc_yaml: Path = ROOT / "dvc.yaml") -> Optional[str]:
@@ -77,16 +86,16 @@ def code_version(stage: str, dvc_yaml: Path = ROOT / "dvc.yaml") -> Optional[str
     return hashlib.md5("\n".join(parts).encode()).hexdigest() if parts else None
 
 
-def run_stage(stage: str, cfg: TalentRLConfig, log=None, every: float = 60.0) -> dict:
+def run_stage(stage: str, cfg: TalentRLConfig, log=None, every: float = 60.0, **kwargs) -> dict:
     """``talentrl_core.stages.STAGES[stage](cfg)``, imported on first use: the stages pull in torch,
     which would otherwise slow every load of the code location (UI, sensors, schedules). With ``log`` (the
     step's ``context.log``) a heartbeat reports the step's progress bars every ``every`` seconds."""
     from talentrl_core.stages import STAGES
 
     if log is None:
-        return STAGES[stage](cfg)
+        return STAGES[stage](cfg, **kwargs)
     with heartbeat(log, stage, every):
-        return STAGES[stage](cfg)
+        return STAGES[stage](cfg, **kwargs)
 
 
 def load_or_fail(talentrl: TalentRLConfigSource) -> TalentRLConfig:
@@ -108,9 +117,11 @@ def _jsonable(v: Any) -> Any:
     return json.loads(json.dumps(v, default=str))
 
 
-def stage_result(stage: str, source: TalentRLConfigSource, cfg: TalentRLConfig, meta: dict) -> dg.MaterializeResult:
-    """MaterializeResult for a stage that returned ``meta``; data version = DVC md5 of its output."""
-    out = output_of(stage, cfg)
+def stage_result(stage: str, source: TalentRLConfigSource, cfg: TalentRLConfig, meta: dict,
+                 asset: Optional[str] = None) -> dg.MaterializeResult:
+    """MaterializeResult for a stage that returned ``meta`` (for ``asset``, default the stage's own); data version =
+    DVC md5 of the asset's output."""
+    out = output_of_asset(asset, cfg) if asset else output_of(stage, cfg)
     if not out.exists():
         raise FileNotFoundError(f"stage {stage} returned but wrote nothing at {out}")
     version = dvc_md5(out)
@@ -124,12 +135,9 @@ def stage_result(stage: str, source: TalentRLConfigSource, cfg: TalentRLConfig, 
             "experiment": cfg.experiment,
         }
     )
-    for name, path in extra_outputs(stage, cfg).items():
-        if path.exists():
-            md[f"dvc_md5_{name}"] = dvc_md5(path)
     if meta.get("wandb_url"):
         md["wandb_url"] = dg.MetadataValue.url(str(meta["wandb_url"]))
-    return dg.MaterializeResult(metadata=md, data_version=dg.DataVersion(version))
+    return dg.MaterializeResult(asset_key=asset, metadata=md, data_version=dg.DataVersion(version))
 
 
 @dg.asset(group_name="collection", kinds={"parquet"}, tags=CPU_TAGS, code_version=code_version("collect"))
@@ -152,19 +160,33 @@ def sft_checkpoint(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSo
     return _materialise("sft", context, talentrl)
 
 
-@dg.asset(
-    group_name="training", deps=[sft_checkpoint], kinds={"pytorch"}, tags=GPU_TAGS, op_tags=GPU_OP_TAGS, pool="gpu", code_version=code_version("rl")
+def _rl_spec(key: str, description: str) -> dg.AssetSpec:
+    return dg.AssetSpec(key, deps=[sft_checkpoint], group_name="training", kinds={"pytorch"}, tags=GPU_TAGS,
+                        code_version=code_version("rl"), description=description)
+
+
+@dg.multi_asset(
+    name="rl", can_subset=True, op_tags=GPU_OP_TAGS, pool="gpu",
+    specs=[_rl_spec("rl_checkpoint", "TalentRL: contrastive routing RL + GRPO execution RL from the SFT checkpoint."),
+           _rl_spec("flat_grpo_checkpoint", "The flat-GRPO baseline (flat skill retrieval, one arm) at the same budget.")],
 )
-def rl_checkpoint(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
-    """Checkpoint after contrastive routing RL + GRPO execution RL from the SFT checkpoint
-    (the stage also trains the flat-GRPO baseline into models/flat_grpo at the same budget)."""
-    return _materialise("rl", context, talentrl)
+def rl(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource):
+    """The rl stage: both checkpoints in one step when both are selected (as ``dvc repro``), else the selected one."""
+    cfg = load_or_fail(talentrl)
+    selected = {k.to_user_string() for k in context.selected_asset_keys}
+    systems = tuple(s for s, a in RL_ASSET_OF_SYSTEM.items() if a in selected)
+    context.log.info(f"rl ({', '.join(systems)}): {talentrl.command('rl')}")
+    subset = {} if len(systems) == len(RL_ASSET_OF_SYSTEM) else {"systems": systems}  # both: as pipeline.run rl
+    meta = run_stage("rl", cfg, context.log, **subset)
+    for system in systems:
+        yield stage_result("rl", talentrl, cfg, meta[system], asset=RL_ASSET_OF_SYSTEM[system])
 
 
-@dg.asset(group_name="evaluation", deps=[sft_checkpoint, rl_checkpoint], kinds={"json"}, tags=CPU_TAGS, code_version=code_version("evaluate"))
+@dg.asset(group_name="evaluation", deps=[sft_checkpoint, "rl_checkpoint", "flat_grpo_checkpoint"], kinds={"json"},
+          tags=CPU_TAGS, code_version=code_version("evaluate"))
 def evaluation(context: dg.AssetExecutionContext, talentrl: TalentRLConfigSource) -> dg.MaterializeResult:
     """Success per panel and system on the fixed panels: metrics.json, report.md, plots."""
     return _materialise("evaluate", context, talentrl)
 
 
-STAGE_ASSETS = [trajectories, library, sft_checkpoint, rl_checkpoint, evaluation]
+STAGE_ASSETS = [trajectories, library, sft_checkpoint, rl, evaluation]

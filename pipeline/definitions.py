@@ -5,8 +5,8 @@
 
 Deployment (``TALENTRL_DEPLOYMENT``): ``local`` (default; in-process executor, ``experiment=demo``) or
 ``cluster``/``k8s`` (``experiment=gpu`` overrides; steps as Kubernetes jobs through dagster-k8s, or
-Celery workers through dagster-celery — install one; ``sft_checkpoint`` and ``rl_checkpoint`` carry
-the GPU tags those executors read, see ``assets.stage_assets``).
+Celery workers through dagster-celery — install one; ``sft_checkpoint`` and the ``rl`` step (assets
+``rl_checkpoint`` and ``flat_grpo_checkpoint``) carry the GPU tags those executors read, see ``assets.stage_assets``).
 
 Every run, schedule tick and sensor request carries the deployment's overrides (``TALENTRL_OVERRIDES`` replaces
 them) and a ``talentrl/experiment`` tag. Launchpad run config maps onto Hydra overrides, the same strings
@@ -59,7 +59,7 @@ DEFAULT_WATCH_DIR = "artifacts/incoming"
 talentrl_chain = dg.define_asset_job(
     "talentrl_chain",
     selection=dg.AssetSelection.assets(*STAGE_ASSETS),
-    description="collect → distill → sft → rl → evaluate, with the blocking checks between them "
+    description="collect → distill → sft → rl (TalentRL + flat GRPO) → evaluate, with the blocking checks between them "
                 f"(default: {' '.join(RUN_OVERRIDES) or 'conf/ defaults'}).",
     config=RUN_CONFIG,  # the launchpad opens on the demo's overrides
     tags=RUN_TAGS,

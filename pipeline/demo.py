@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dagster_home()
     import dagster as dg
 
-    from assets.stage_assets import ASSET_OF_STAGE
+    from assets.stage_assets import ASSETS_OF_STAGE
     from talentrl_core.paths import ArtifactPaths
     from talentrl_core.stages import BUILT
 
@@ -62,17 +62,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"not built yet (or upstream of them is not): {', '.join(missing)} — not run, not faked")
     if not stages:
         return 3
-    print(f"materialising {', '.join(ASSET_OF_STAGE[s] for s in stages)} with overrides {overrides}")
+    print(f"materialising {', '.join(a for s in stages for a in ASSETS_OF_STAGE[s])} with overrides {overrides}")
     t0 = time.time()
     result = defs.resolve_job_def(talentrl_chain.name).execute_in_process(
         run_config={"resources": {"talentrl": {"config": {"overrides": overrides}}}},
         instance=dg.DagsterInstance.get(),
-        asset_selection=[dg.AssetKey(ASSET_OF_STAGE[s]) for s in stages],
+        asset_selection=[dg.AssetKey(a) for s in stages for a in ASSETS_OF_STAGE[s]],
         raise_on_error=False,
         tags={"talentrl/trigger": "make-demo"},
     )
     print(f"dagster run {result.run_id}: {'success' if result.success else 'FAILED'} in {time.time() - t0:.0f}s")
-    materialised = [s for s in stages if result.asset_materializations_for_node(ASSET_OF_STAGE[s])]
+    done = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    materialised = [s for s in stages if set(ASSETS_OF_STAGE[s]) <= done]
     recorded = record(materialised, overrides)  # what did materialise is recorded even after a failure
     print(f"recorded in dvc.lock: {', '.join(recorded) or 'nothing'}")
     print("dvc status:", dvc("status", check=False).stdout.strip())

@@ -153,7 +153,7 @@ def to_dagster(instance=None, root: Path = ROOT) -> list[str]:
     import dagster as dg
 
     from assets.dvc_hash import dvc_md5
-    from assets.stage_assets import ASSET_OF_STAGE
+    from assets.stage_assets import ASSETS_OF_STAGE
 
     from .env import dagster_home
 
@@ -167,24 +167,25 @@ def to_dagster(instance=None, root: Path = ROOT) -> list[str]:
         entry = lock.get(stage)
         if not entry or not entry.get("outs"):
             continue
-        out = entry["outs"][0]
-        path = root / out["path"]
-        if not path.exists() or dvc_md5(path) != out["md5"]:
-            continue
-        instance.report_runless_asset_event(
-            dg.AssetMaterialization(
-                asset_key=ASSET_OF_STAGE[stage],
-                metadata={
-                    "dvc_md5": out["md5"],
-                    "command": entry["cmd"],
-                    "overrides": shlex.split(str(entry.get("params", {}).get("params.yaml", {}).get("overrides", ""))),
-                    "path": dg.MetadataValue.path(str(path)),
-                    "recorded_by": "dvc repro (pipeline.dvc_sync --to-dagster)",
-                },
-                tags={"dagster/data_version": out["md5"], "dagster/data_version_is_user_provided": "true"},
+        for asset, out in zip(ASSETS_OF_STAGE[stage], entry["outs"]):  # rl: rl_checkpoint, flat_grpo_checkpoint
+            path = root / out["path"]
+            if not path.exists() or dvc_md5(path) != out.get("md5"):
+                continue
+            instance.report_runless_asset_event(
+                dg.AssetMaterialization(
+                    asset_key=asset,
+                    metadata={
+                        "dvc_md5": out["md5"],
+                        "command": entry["cmd"],
+                        "overrides": shlex.split(str(entry.get("params", {}).get("params.yaml", {}).get("overrides", ""))),
+                        "path": dg.MetadataValue.path(str(path)),
+                        "recorded_by": "dvc repro (pipeline.dvc_sync --to-dagster)",
+                    },
+                    tags={"dagster/data_version": out["md5"], "dagster/data_version_is_user_provided": "true"},
+                )
             )
-        )
-        reported.append(stage)
+            if stage not in reported:
+                reported.append(stage)
     return reported
 
 

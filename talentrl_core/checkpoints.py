@@ -135,7 +135,10 @@ def commit_staged(staging: str | os.PathLike, final: str | os.PathLike) -> Path:
     """Seal a completely written ``staging`` folder and rename it to ``final`` (replacing an older one)."""
     import shutil
 
+    from .io import as_created_tree
+
     final = Path(final)
+    as_created_tree(staging)  # readable as a plain mkdir/open would make it (writers inside may make 0600 files)
     seal(staging)
     if final.exists():
         shutil.rmtree(final)

@@ -7,9 +7,61 @@ import os
 import shutil
 import stat
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+
+_UMASK_LOCK = threading.Lock()
+
+
+def process_umask() -> int:
+    """This process's umask, read without changing it where the OS says it (Linux ``/proc/self/status``, ``Umask:``
+    line); elsewhere set and restored at once under a lock (``os.umask`` has no read-only form, and a thread creating
+    a file between the two calls would get the wrong mode: the lock keeps our own readers apart).
+
+    >>> 0 <= process_umask() <= 0o777
+    True
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _UMASK_LOCK:
+        old = os.umask(0o077)
+        os.umask(old)
+    return old
+
+
+def as_created(path: str | os.PathLike) -> None:
+    """Give a staged file or folder the mode a plain ``open()``/``mkdir`` would have given it: ``0666 & ~umask`` for
+    a file (``0777 & ~umask`` when its writer made it executable), ``0777 & ~umask`` for a folder. ``mkstemp`` and
+    ``mkdtemp`` create theirs private (``0600``/``0700``), which a rename would carry onto the output and leave it
+    unreadable to the group (a colleague, a serving process)."""
+    _as_created(path, process_umask())
+
+
+def _as_created(path: str | os.PathLike, umask: int) -> None:
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode):
+        return
+    full = 0o777 if stat.S_ISDIR(st.st_mode) or st.st_mode & 0o100 else 0o666
+    if stat.S_IMODE(st.st_mode) != full & ~umask:
+        os.chmod(path, full & ~umask)
+
+
+def as_created_tree(root: str | os.PathLike) -> None:
+    """``as_created`` for ``root`` and everything below it: a staged output folder is whole ours, and some writers
+    inside it make private files of their own (safetensors 0.8 writes ``model.safetensors`` ``0600``)."""
+    umask = process_umask()
+    for folder, dirs, files in os.walk(root):
+        for name in files + dirs:
+            _as_created(os.path.join(folder, name), umask)
+    _as_created(root, umask)
 
 
 def _is_special(path: Path) -> bool:
@@ -26,7 +78,8 @@ def _is_special(path: Path) -> bool:
 
 @contextmanager
 def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; on success rename it over ``path`` (same filesystem).
+    """Yield a temporary path beside ``path``; on success rename it over ``path`` (same filesystem), with the mode a
+    plain ``open()`` would have given it (``as_created``: ``0644`` under umask ``022``), not ``mkstemp``'s ``0600``.
 
     A ``path`` that is not a regular file (``/dev/stdout``, a pipe, a terminal) is written through instead: renaming
     onto it would replace the device link with a file."""
@@ -44,6 +97,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        as_created(tmp_path)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
@@ -52,12 +106,15 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
 
 @contextmanager
 def atomic_dir(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary folder beside ``path``; on success swap it in place of ``path``."""
+    """Yield a temporary folder beside ``path``; on success swap it in place of ``path``, with the modes a plain
+    ``mkdir``/``open()`` would have given it and everything in it (``as_created_tree``: ``0755``/``0644`` under umask
+    ``022``), not ``mkdtemp``'s ``0700`` or a library's private ``0600``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
+        as_created_tree(tmp)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")

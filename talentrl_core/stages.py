@@ -138,8 +138,17 @@ def tidy_staging(trajectories: Path, cache_dir: str | Path) -> None:
 def collect(cfg: TalentRLConfig) -> dict:
     """Roll out ``collect.policy`` on ``collect.split``; write Parquet under artifacts/trajectories/env=<env>/.
 
-    ``policy=expert`` runs every strategy expert of ``collect.strategies`` on every task (one file each).
+    ``policy=expert`` runs every strategy expert of ``collect.strategies`` on every task (one file each). Tracked:
+    episodes, success and env errors overall and per strategy (``log_collection``).
     """
+    with _tracker(cfg, "collect") as tracker:
+        meta = _collect(cfg)
+        log_collection(tracker, cfg, meta)
+        meta.update(tracker.metadata())
+    return meta
+
+
+def _collect(cfg: TalentRLConfig) -> dict:
     paths = ArtifactPaths.of(cfg)
     tidy_staging(paths.trajectories, cfg.env.cache_dir)
     family = family_for(cfg)
@@ -173,6 +182,26 @@ def collect(cfg: TalentRLConfig) -> dict:
     return meta
 
 
+COLLECT_SCALARS = ("episodes", "success_rate", "errors", "invalid_actions", "mean_steps")
+
+
+def log_collection(tracker, cfg: TalentRLConfig, meta: dict) -> None:
+    """Collection to the tracker: ``collect/<k>`` overall, ``collect/<strategy>/<k>`` per strategy expert and
+    ``collect/random/<k>`` for the random episodes (k: episodes, success_rate, errors, invalid_actions, mean_steps),
+    a table of the same per strategy, and the trajectories folder as a ``dataset`` artifact (by reference)."""
+    from .tracking import artifact_name
+
+    parts = {"all": meta, **meta.get("strategies", {}), **({"random": meta["random"]} if "random" in meta else {})}
+    tracker.summary({f"collect/{k}" if name == "all" else f"collect/{name}/{k}": m[k]
+                     for name, m in parts.items() for k in COLLECT_SCALARS})
+    tracker.log_table("collect/strategies", ["strategy", *COLLECT_SCALARS],
+                      [[name, *(m[k] for k in COLLECT_SCALARS)] for name, m in parts.items()])
+    tracker.log_artifact(artifact_name(cfg.experiment, "trajectories", cfg.env.name), "dataset",
+                         references=[ArtifactPaths.of(cfg).trajectories],
+                         metadata={"env": str(cfg.env.name), "split": cfg.collect.split, "run_id": meta["run_id"],
+                                   **{k: meta[k] for k in COLLECT_SCALARS}})
+
+
 def train_trajectories(cfg: TalentRLConfig) -> list[Trajectory]:
     """The training-split trajectories of ``cfg.env`` (expert and policy collections alike)."""
     from .trajectories import read_trajectories
@@ -190,9 +219,40 @@ def distill(cfg: TalentRLConfig) -> dict:
     from .library import distill_library
 
     trajs = train_trajectories(cfg)
-    t0 = time.time()
-    meta = distill_library(trajs, cfg.library, cfg.env.name)
-    return {"uri": cfg.library.uri, "trajectories": len(trajs), "seconds": round(time.time() - t0, 1), **meta}
+    with _tracker(cfg, "distill") as tracker:
+        t0 = time.time()
+        meta = distill_library(trajs, cfg.library, cfg.env.name)
+        meta = {"uri": cfg.library.uri, "trajectories": len(trajs), "seconds": round(time.time() - t0, 1), **meta}
+        log_library(tracker, cfg, meta)
+        meta.update(tracker.metadata())
+    return meta
+
+
+def log_library(tracker, cfg: TalentRLConfig, meta: dict) -> None:
+    """Distillation to the tracker: ``distill/skills`` (and per kind), ``distill/talents``, ``distill/version``,
+    ``distill/label_coverage``; the library as a ``library`` artifact referencing its LanceDB folder (or URI), the
+    version in its metadata."""
+    from .tracking import artifact_name
+
+    per_kind = (meta.get("skills") or {}).get("per_kind", {})
+    tracker.summary({"distill/version": meta["version"], "distill/skills": sum(per_kind.values()),
+                     **{f"distill/skills_{k}": n for k, n in per_kind.items()},
+                     "distill/talents": meta.get("n_talents", 0), "distill/label_coverage": meta.get("label_coverage", 0.0),
+                     "distill/trajectories": meta["trajectories"]})
+    tracker.log_artifact(artifact_name(cfg.experiment, "library"), "library", references=[meta["uri"]],
+                         metadata={"library_version": meta["version"], "env": meta.get("env"), "uri": str(meta["uri"]),
+                                   "embedder": meta.get("embedder"), "skills": per_kind, "talents": meta.get("n_talents"),
+                                   "distiller": meta.get("distiller")})
+
+
+def log_model(tracker, cfg: TalentRLConfig, system: str, checkpoint: Path, info: dict) -> None:
+    """A trained checkpoint folder as a ``model`` artifact by reference (``file://``: paths, sizes and md5s; no
+    weights uploaded), with the library version and the figures of ``info`` in its metadata."""
+    from .tracking import artifact_name
+
+    meta = {k: v for k, v in info.items() if isinstance(v, (int, float, str, bool)) and not k.startswith("wandb")}
+    tracker.log_artifact(artifact_name(cfg.experiment, "model", system), "model", references=[checkpoint],
+                         metadata={"system": system, "env": str(cfg.env.name), "path": str(checkpoint), **meta})
 
 
 def _tracker(cfg: TalentRLConfig, stage: str):
@@ -222,6 +282,7 @@ def sft(cfg: TalentRLConfig) -> dict:
                          keep_previous=cfg.keep_previous_runs, tracker=tracker)
         tracker.summary({"sft/train_loss": info["train_loss"], "sft/steps": info["steps"],
                          "sft/skill_context_share": data.report["skill_context_share"]})
+        log_model(tracker, cfg, "sft", paths.sft_checkpoint, {"library_version": knowledge.version, **info})
         info.update(tracker.metadata())
     return {"checkpoint": str(paths.sft_checkpoint), **info}
 
@@ -263,18 +324,35 @@ def rl(cfg: TalentRLConfig) -> dict:
     knowledge = require_library(open_knowledge(pinned_library(cfg, paths.sft_checkpoint), flat=flat), cfg)
     with _tracker(cfg, "rl_flat_grpo" if flat else "rl") as tracker:
         info = train_rl(cfg, family, knowledge, str(paths.sft_checkpoint), out, tracker=tracker)
+        log_model(tracker, cfg, "flat_grpo" if flat else "talentrl", out,
+                  {"library_version": getattr(knowledge, "version", None), "sft_checkpoint": str(paths.sft_checkpoint), **info})
         info.update(tracker.metadata())
     return {"checkpoint": str(out), **info}
 
 
-def rl_both(cfg: TalentRLConfig) -> dict:
-    """TalentRL and the flat-GRPO baseline at the same rollout budget (what the pipeline's rl stage runs)."""
+RL_SYSTEMS = ("talentrl", "flat_grpo")
+"What the rl stage trains, in order: TalentRL (``models/rl``) and the flat-GRPO baseline (``models/flat_grpo``)."
+
+
+def flat_grpo_config(cfg: TalentRLConfig) -> TalentRLConfig:
+    """``cfg`` as the flat-GRPO baseline trains it: flat skill retrieval, no routing sample, one arm, λ = 0."""
     import dataclasses
 
-    main = rl(cfg)
-    flat_rl = dataclasses.replace(cfg.rl, flat_baseline=True, n_arms=1, no_talent_arm=False)
-    base = rl(dataclasses.replace(cfg, rl=flat_rl))
-    return {"talentrl": main, "flat_grpo": base}
+    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=True, n_arms=1, no_talent_arm=False))
+
+
+def rl_both(cfg: TalentRLConfig, systems: tuple[str, ...] = RL_SYSTEMS) -> dict:
+    """TalentRL and the flat-GRPO baseline at the same rollout budget (what the pipeline's rl stage runs);
+    ``systems`` trains a subset (the Dagster assets ``rl_checkpoint`` / ``flat_grpo_checkpoint`` selected alone)."""
+    unknown = set(systems) - set(RL_SYSTEMS)
+    if unknown:
+        raise ValueError(f"rl: unknown system(s) {sorted(unknown)}; choose from {list(RL_SYSTEMS)}")
+    out = {}
+    if "talentrl" in systems:
+        out["talentrl"] = rl(cfg)
+    if "flat_grpo" in systems:
+        out["flat_grpo"] = rl(flat_grpo_config(cfg))
+    return out
 
 
 def evaluate(cfg: TalentRLConfig) -> dict:
@@ -285,6 +363,7 @@ def evaluate(cfg: TalentRLConfig) -> dict:
     with _tracker(cfg, "evaluate") as tracker:
         out = evaluate_all(cfg, lambda flat, checkpoint: open_knowledge(pinned_library(cfg, checkpoint), flat=flat))
         log_evaluation(tracker, out["metrics"], out["files"])
+        log_report(tracker, cfg, out)
     table = {s: {p: round(b["success"], 3) for p, b in panels.items()} for s, panels in out["metrics"]["systems"].items()}
     return {"report": out["files"].get("report.md"), "metrics_file": out["files"].get("metrics.json"),
             "success": table, "skipped": out["skipped"]}
@@ -302,6 +381,23 @@ def log_evaluation(tracker, metrics: dict, files: dict) -> None:
     if paired:
         tracker.log_table("eval/paired", ["panel", "pair", "a_only", "b_only", "p_mcnemar"], paired)
     tracker.log_images({f"eval/{Path(f).stem}": f for f in files.values() if str(f).endswith(".png")})
+
+
+REPORT_UPLOAD_MAX_BYTES = 5 * 2**20
+"Evaluation files up to this size go into the ``evaluation`` artifact as files; bigger ones (episodes) by reference."
+
+
+def log_report(tracker, cfg: TalentRLConfig, out: dict) -> None:
+    """The evaluation as an ``evaluation`` artifact: report.md, metrics.json and the plots as files, the per-episode
+    log by reference; systems evaluated and skipped in its metadata."""
+    from .tracking import artifact_name
+
+    paths = [Path(f) for f in out["files"].values() if Path(f).is_file()]
+    small = [p for p in paths if p.stat().st_size <= REPORT_UPLOAD_MAX_BYTES]
+    tracker.log_artifact(artifact_name(cfg.experiment, "evaluation"), "evaluation", files=small,
+                         references=[p for p in paths if p not in small],
+                         metadata={"systems": sorted(out["metrics"].get("systems", {})), "skipped": out.get("skipped", {}),
+                                   "report": out["files"].get("report.md")})
 
 
 STAGES: dict[str, Callable[[TalentRLConfig], dict]] = {

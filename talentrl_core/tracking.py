@@ -14,6 +14,11 @@ methods, does nothing). ``WANDB_MODE=disabled`` in the environment also gives th
 Secrets never reach the tracker: config keys named like a credential (``*_key``, ``*_api_key_env``,
 ``*token``, ``*secret``, ``*password``) are dropped from the logged config (``redact``).
 Metric names follow one namespace per stage (``sft/loss``, ``rl/kl``, ``eval/success``).
+
+What a stage produces is logged as a wandb Artifact (``log_artifact``): by *reference* for what is large or lives
+elsewhere (``file://`` folder of a model or of the LanceDB library: wandb records each file's path, size and md5 and
+uploads nothing, offline or online), as files for what is small (the evaluation report). An artifact that cannot be
+logged is a warning on stderr, never a failed stage: its outputs are already written.
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import sys
 from enum import Enum
-from typing import Any, Mapping, Optional
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
 
 from .config import TalentRLConfig, TrackerMode
 
@@ -47,6 +54,26 @@ def redact(obj: Any) -> Any:
     return obj
 
 
+def artifact_name(*parts: Any) -> str:
+    """A wandb artifact name from ``parts`` (letters, digits, ``-``, ``_``, ``.`` only).
+
+    >>> artifact_name("demo", "model", "flat_grpo"), artifact_name("my exp/1", "library")
+    ('demo-model-flat_grpo', 'my-exp-1-library')
+    """
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", "-".join(str(p) for p in parts if p)).strip("-")[:128]
+
+
+def reference_uri(path: str | os.PathLike) -> str:
+    """``path`` as the URI a reference artifact records: a local path becomes ``file://<absolute path>``; a URI
+    (``s3://…``) stays as it is.
+
+    >>> reference_uri("/tmp/x"), reference_uri("s3://bucket/lib")
+    ('file:///tmp/x', 's3://bucket/lib')
+    """
+    text = str(path)
+    return text if re.match(r"^[a-z][a-z0-9+.-]*://", text) else Path(text).resolve().as_uri()
+
+
 class NullTracker:
     """Tracking switched off: every method exists and does nothing."""
 
@@ -65,6 +92,14 @@ class NullTracker:
 
     def log_images(self, images: Mapping[str, str]) -> None:
         pass
+
+    def log_artifact(self, name: str, kind: str, references: Iterable[str | os.PathLike] = (),
+                     files: Iterable[str | os.PathLike] = (), metadata: Optional[Mapping[str, Any]] = None
+                     ) -> Optional[str]:
+        """Log an artifact ``name`` of type ``kind`` (``library``, ``model``, ``evaluation``, ``dataset``): each of
+        ``references`` by reference (a folder or file here, ``file://``, or a URI; nothing uploaded), each of ``files``
+        as a file (uploaded when the run syncs; keep them small). Returns the artifact's name (None: not logged)."""
+        return None
 
     def finish(self, exit_code: int = 0) -> None:
         pass
@@ -106,6 +141,26 @@ class WandbTracker(NullTracker):
         import wandb
 
         self._run.log({k: wandb.Image(str(p)) for k, p in images.items()})
+
+    def log_artifact(self, name: str, kind: str, references: Iterable[str | os.PathLike] = (),
+                     files: Iterable[str | os.PathLike] = (), metadata: Optional[Mapping[str, Any]] = None
+                     ) -> Optional[str]:
+        import wandb
+
+        name = artifact_name(name)
+        try:
+            art = wandb.Artifact(name, type=kind, metadata=redact(dict(metadata or {})))
+            for ref in references:
+                uri = reference_uri(ref)
+                # file://: each file's md5 and size (the version changes with the content); another scheme: the URI
+                art.add_reference(uri, checksum=uri.startswith("file://"))
+            for f in files:
+                art.add_file(str(f))
+            self._run.log_artifact(art)
+        except Exception as e:  # noqa: BLE001 - tracking never fails a stage whose outputs are written
+            print(f"wandb: artifact {name} ({kind}) not logged: {type(e).__name__}: {e}", file=sys.stderr)
+            return None
+        return name
 
     def finish(self, exit_code: int = 0) -> None:
         if not self._finished:  # idempotent: safe in nested finally blocks

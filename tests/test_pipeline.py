@@ -45,7 +45,7 @@ def test_definitions_load_with_assets_checks_job_schedule_sensor():
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
-    assert keys == {"trajectories", "library", "sft_checkpoint", "rl_checkpoint", "evaluation"}
+    assert keys == {"trajectories", "library", "sft_checkpoint", "rl_checkpoint", "flat_grpo_checkpoint", "evaluation"}
     checks = {(c.asset_key.to_user_string(), c.name) for c in graph.asset_check_keys}
     assert {a for a, _ in checks} == keys  # one gate per asset
     for ck in graph.asset_check_keys:
@@ -56,7 +56,8 @@ def test_definitions_load_with_assets_checks_job_schedule_sensor():
         "library": {"trajectories"},
         "sft_checkpoint": {"library"},
         "rl_checkpoint": {"sft_checkpoint"},
-        "evaluation": {"sft_checkpoint", "rl_checkpoint"},
+        "flat_grpo_checkpoint": {"sft_checkpoint"},
+        "evaluation": {"sft_checkpoint", "rl_checkpoint", "flat_grpo_checkpoint"},
     }
     assert defs.resolve_job_def("talentrl_chain") is not None
     assert defs.resolve_schedule_def("retrain_weekly").cron_schedule == os.environ.get("TALENTRL_RETRAIN_CRON", "0 3 * * 0")
@@ -66,7 +67,7 @@ def test_definitions_load_with_assets_checks_job_schedule_sensor():
 def test_gpu_assets_carry_executor_tags():
     from pipeline.definitions import defs
 
-    for name in ("sft_checkpoint", "rl_checkpoint"):
+    for name in ("sft_checkpoint", "rl_checkpoint", "flat_grpo_checkpoint"):
         node = defs.resolve_assets_def(name).node_def
         assert node.tags["dagster-celery/queue"] == "gpu"
         k8s = node.tags["dagster-k8s/config"]
@@ -86,7 +87,7 @@ def test_ui_defaults_to_the_demo_in_named_groups():
     assert sched.tags["talentrl/experiment"] == "demo"
     groups = {k.to_user_string(): g for a in defs.assets for k, g in a.group_names_by_key.items()}
     assert groups == {"trajectories": "collection", "library": "skill_library", "sft_checkpoint": "training",
-                      "rl_checkpoint": "training", "evaluation": "evaluation"}
+                      "rl_checkpoint": "training", "flat_grpo_checkpoint": "training", "evaluation": "evaluation"}
 
 
 def test_a_bad_config_fails_the_step_with_a_readable_description(tmp_path):
@@ -300,7 +301,7 @@ def test_dvc_yaml_matches_stages_and_assets():
         assert "overrides" in s["params"]  # the lock records how params.yaml was composed
         missing = [d for d in s["deps"] if not (ROOT / d).exists() and not d.startswith("artifacts/")]
         assert not missing, f"dvc.yaml stage {stage}: deps {missing} do not exist (renamed?)"
-        assert "conf" in s["deps"]
+        assert "conf" not in s["deps"]  # each stage lists the code it imports (tests/test_dvc_fresh.py)
         outs = [o if isinstance(o, str) else next(iter(o)) for o in s["outs"]]
         assert str(output_of(stage, cfg)) == outs[0]  # the asset's data version is this out's md5
         for key in s["params"]:

@@ -103,7 +103,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from ..tracking import start_run
 
         tracker = start_run(cfg, "rl")
-    result = train_rl(cfg, family, knowledge, args.init, Path(args.out), tracker, progress=not args.no_progress)
+    done = False
+    try:
+        result = train_rl(cfg, family, knowledge, args.init, Path(args.out), tracker, progress=not args.no_progress)
+        done = True
+    finally:
+        if tracker is not None:
+            tracker.finish(exit_code=0 if done else 1)  # a crashed run is marked failed
     if args.result_json:
         from accelerate import PartialState
 

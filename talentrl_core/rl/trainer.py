@@ -428,16 +428,9 @@ def train_rl(cfg: TalentRLConfig, family, knowledge: Knowledge, init_checkpoint:
     """Train with contrastive routing RL + GRPO execution RL (or the flat baseline); returns run metadata.
 
     Resumes from the last ``<out_dir>.work/checkpoint-<step>`` when ``rl.resume``; writes the final model
-    (``save_pretrained`` + tokenizer + ``talentrl_meta.json``) atomically into ``out_dir``. The tracker (any
-    object with ``.log(dict, step)`` and ``.finish(exit_code)``; a null object by default) is finished in ``finally``,
-    with exit code 1 when training raised.
+    (``save_pretrained`` + tokenizer + ``talentrl_meta.json``) atomically into ``out_dir``. ``tracker`` (any object
+    with ``.log(dict, step)``; a null object by default) receives every update's metrics; whoever opened it finishes
+    it (the stage's ``with`` block, the CLI's ``finally``), so it can still log the model afterwards.
     """
-    tracker = tracker if tracker is not None else NullTracker()
-    done = False
-    try:
-        trainer = RLTrainer(cfg, family, knowledge, init_checkpoint, Path(out_dir), tracker, progress)
-        result = trainer.run()
-        done = True
-        return result
-    finally:
-        tracker.finish(exit_code=0 if done else 1)  # a crashed run is marked failed
+    trainer = RLTrainer(cfg, family, knowledge, init_checkpoint, Path(out_dir), tracker, progress)
+    return trainer.run()

@@ -18,6 +18,7 @@ import math
 import dagster as dg
 
 from talentrl_core.paths import ArtifactPaths
+from talentrl_core.systems import PROMOTION_PAIR
 from talentrl_core.trajectories import TrajectoryFileError, read_table, trajectory_files
 
 from .resources import TalentRLConfigSource
@@ -119,16 +120,17 @@ def promotion_gate(metrics: dict, panels: list[str], tolerance: float) -> tuple[
     (True, False)
     """
     systems = metrics.get("systems", {})
+    a, b = PROMOTION_PAIR  # talentrl, talent_sft
     gaps, failures = {}, []
     for panel in panels:
-        rl = systems.get("talentrl", {}).get(panel, {}).get("success")
-        sft = systems.get("talent_sft", {}).get(panel, {}).get("success")
+        rl = systems.get(a, {}).get(panel, {}).get("success")
+        sft = systems.get(b, {}).get(panel, {}).get("success")
         if rl is None or sft is None or not (math.isfinite(rl) and math.isfinite(sft)):
-            failures.append(f"{panel}: no success for talentrl ({rl}) or talent_sft ({sft})")
+            failures.append(f"{panel}: no success for {a} ({rl}) or {b} ({sft})")
             continue
-        gaps[panel] = {"talentrl": rl, "talent_sft": sft, "gap": round(rl - sft, 6)}
+        gaps[panel] = {a: rl, b: sft, "gap": round(rl - sft, 6)}
         if rl < sft - tolerance:
-            failures.append(f"{panel}: talentrl {rl:.3f} < talent_sft {sft:.3f} - {tolerance}")
+            failures.append(f"{panel}: {a} {rl:.3f} < {b} {sft:.3f} - {tolerance}")
     return not failures, {"panels": gaps, "failures": failures, "tolerance": tolerance}
 
 

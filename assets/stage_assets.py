@@ -5,7 +5,7 @@ an asset only records what was written. Its data version is DVC's md5 of the ass
 (``assets.dvc_hash``), so the version Dagster shows equals the ``md5`` in ``dvc.lock``. Its code version
 is the hash of the code folders its DVC stage depends on (read from ``dvc.yaml``, the one list).
 
-Exceptions propagate: a stage that is not built yet raises ``StageNotBuilt`` and the asset fails.
+Exceptions propagate: a stage that fails fails its asset.
 
 The rl stage is one multi-asset, ``rl``, with two assets: ``rl_checkpoint`` (TalentRL) and ``flat_grpo_checkpoint``
 (the flat-GRPO baseline, same rollout budget), each with its own data version, check and lineage. Selected together
@@ -28,6 +28,8 @@ import yaml
 
 from talentrl_core.config import TalentRLConfig
 from talentrl_core.paths import ArtifactPaths
+from talentrl_core.stages import STAGES  # the registry only: the stages' own imports (torch) load when one runs
+from talentrl_core.systems import RL_ASSET_OF_SYSTEM
 
 from .dvc_hash import dvc_md5
 from .progress import heartbeat
@@ -45,36 +47,21 @@ GPU_OP_TAGS: dict[str, Any] = {
 GPU_TAGS = {"talentrl/accelerator": "gpu"}
 CPU_TAGS = {"talentrl/accelerator": "cpu"}
 
-ASSET_OF_STAGE = {
-    "collect": "trajectories",
-    "distill": "library",
-    "sft": "sft_checkpoint",
-    "rl": "rl_checkpoint",
-    "evaluate": "evaluation",
-}
+ASSETS_OF_STAGE = {stage: spec.assets for stage, spec in STAGES.items()}
+"Every asset a stage materialises, in the order of its DVC outs (what a selection of the stage must name)."
+ASSET_OF_STAGE = {stage: assets[0] for stage, assets in ASSETS_OF_STAGE.items()}
 "The asset whose data version is the stage's first DVC out (``output_of``)."
-RL_ASSET_OF_SYSTEM = {"talentrl": "rl_checkpoint", "flat_grpo": "flat_grpo_checkpoint"}
-ASSETS_OF_STAGE = {s: [a] for s, a in ASSET_OF_STAGE.items()} | {"rl": list(RL_ASSET_OF_SYSTEM.values())}
-"Every asset a stage materialises (what a selection of the stage must name)."
+_OUTPUT_OF_ASSET = {asset: attr for spec in STAGES.values() for asset, attr in spec.outputs}
 
 
 def output_of(stage: str, cfg: TalentRLConfig) -> Path:
     """The file or folder whose DVC md5 is the data version of ``stage``'s asset."""
-    p = ArtifactPaths.of(cfg)
-    return {
-        "collect": p.trajectories,
-        "distill": p.library,
-        "sft": p.sft_checkpoint,
-        "rl": p.rl_checkpoint,
-        "evaluate": p.eval,  # metrics.json, report.md, plots: one DVC out
-    }[stage]
+    return output_of_asset(ASSET_OF_STAGE[stage], cfg)
 
 
 def output_of_asset(asset: str, cfg: TalentRLConfig) -> Path:
-    """The file or folder whose DVC md5 is ``asset``'s data version."""
-    if asset == "flat_grpo_checkpoint":
-        return ArtifactPaths.of(cfg).flat_grpo_checkpoint
-    return output_of(next(s for s, a in ASSET_OF_STAGE.items() if a == asset), cfg)
+    """The file or folder whose DVC md5 is ``asset``'s data version (``StageSpec.outputs``)."""
+    return getattr(ArtifactPaths.of(cfg), _OUTPUT_OF_ASSET[asset])
 
 
 def code_version(stage: str, dvc_yaml: Path = ROOT / "dvc.yaml") -> Optional[str]:
@@ -87,11 +74,9 @@ def code_version(stage: str, dvc_yaml: Path = ROOT / "dvc.yaml") -> Optional[str
 
 
 def run_stage(stage: str, cfg: TalentRLConfig, log=None, every: float = 60.0, **kwargs) -> dict:
-    """``talentrl_core.stages.STAGES[stage](cfg)``, imported on first use: the stages pull in torch,
-    which would otherwise slow every load of the code location (UI, sensors, schedules). With ``log`` (the
-    step's ``context.log``) a heartbeat reports the step's progress bars every ``every`` seconds."""
-    from talentrl_core.stages import STAGES
-
+    """``talentrl_core.stages.STAGES[stage](cfg)``; the stage's own imports (torch) load here, not with the code location
+    (UI, sensors, schedules). With ``log`` (the step's ``context.log``) a heartbeat reports the step's progress bars
+    every ``every`` seconds."""
     if log is None:
         return STAGES[stage](cfg, **kwargs)
     with heartbeat(log, stage, every):

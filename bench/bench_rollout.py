@@ -59,8 +59,7 @@ def main() -> int:
             family = make_family(cfg, Path(args.cache))
             split = "eval" if env == "textworld" else "valid_seen"
             tasks = family.tasks(split, args.episodes, 0)
-            if hasattr(family, "prepare"):
-                family.prepare(tasks, workers=2, progress=False)
+            family.prepare(tasks, workers=2, progress=False)
             seq = measure(family, tasks, policy, 1, args.max_steps)
             bat = measure(family, tasks, policy, args.batch, args.max_steps)
             rows.append((env, seq, bat))

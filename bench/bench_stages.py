@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 
 def bench_games(n: int, work: Path) -> dict:
-    from talentrl_core.envs import textworld_env as tw
+    from talentrl_core.envs.textworld import games as tw
 
     def run(tag: str, seeds: range) -> float:
         t0 = time.perf_counter()

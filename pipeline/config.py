@@ -14,7 +14,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Sequence
 
-from hydra import compose, initialize_config_dir
+from hydra import compose as hydra_compose, initialize_config_dir
 from hydra.core.config_store import ConfigStore
 from hydra.core.global_hydra import GlobalHydra
 from hydra.errors import HydraException
@@ -170,17 +170,39 @@ def open_mappings(args: Sequence[str]) -> list[str]:
     return out
 
 
-def hydra_output_dir(stage: str, overrides: Sequence[str], multirun: bool) -> Path:
-    """Hydra's run folder for these overrides (``hydra.run.dir``, with ``multirun`` ``hydra.sweep.dir``)."""
+def compose(overrides: Sequence[str] = (), config_dir: Path | None = None, job_name: str = "app", hydra: bool = False):
+    """``conf/`` (or ``config_dir``) composed with ``overrides`` by Hydra, as an OmegaConf node (with ``hydra``, its
+    ``hydra.*`` settings too); a config that does not compose raises ``ConfigError``. The one place Hydra composes."""
+    overrides = list(open_mappings(overrides))
     GlobalHydra.instance().clear()
     try:
-        with initialize_config_dir(config_dir=str(CONF_DIR), job_name=stage):
-            cfg = compose(config_name="config", overrides=list(open_mappings(overrides)), return_hydra_config=True)
-        return Path(str(OmegaConf.select(cfg, "hydra.sweep.dir" if multirun else "hydra.run.dir")))
-    except (HydraException, OmegaConfBaseException) as e:  # a hydra.* override (hydra/launcher=nope)
+        with initialize_config_dir(config_dir=str(config_dir or CONF_DIR), job_name=job_name):
+            return hydra_compose(config_name="config", overrides=overrides, return_hydra_config=hydra)
+    except (HydraException, OmegaConfBaseException) as e:
         raise ConfigError(_explain(e, overrides)) from e
     finally:
         GlobalHydra.instance().clear()
+
+
+def to_config(node, source: str = "") -> TalentRLConfig:
+    """The validated ``TalentRLConfig`` of a composed node: interpolations (``${data_dir}``, ``${artifacts_dir}``)
+    resolved by OmegaConf, plain dataclasses out. Errors name ``source`` (a file) and the key. The one conversion
+    every loader (``load_config``, ``config_from_values``, a Hydra job) goes through."""
+    where = f"{source}: " if source else ""
+    try:
+        obj = OmegaConf.to_object(node)
+    except OmegaConfBaseException as e:
+        raise ConfigError(where + _explain(e, [])) from e
+    except ValueError as e:  # __post_init__ cross-field checks
+        raise ConfigError(where + str(e)) from e
+    assert isinstance(obj, TalentRLConfig)
+    return obj
+
+
+def hydra_output_dir(stage: str, overrides: Sequence[str], multirun: bool) -> Path:
+    """Hydra's run folder for these overrides (``hydra.run.dir``, with ``multirun`` ``hydra.sweep.dir``)."""
+    cfg = compose(overrides, job_name=stage, hydra=True)
+    return Path(str(OmegaConf.select(cfg, "hydra.sweep.dir" if multirun else "hydra.run.dir")))
 
 
 def check_added_keys(overrides: Sequence[str]) -> None:
@@ -205,32 +227,17 @@ def load_config(overrides: Sequence[str] = (), config_dir: Path | None = None) -
     """Compose ``conf/`` with Hydra overrides into a validated ``TalentRLConfig`` (plain dataclasses)."""
     overrides = open_mappings(overrides)
     check_added_keys(overrides)
-    GlobalHydra.instance().clear()
-    try:
-        with initialize_config_dir(config_dir=str(config_dir or CONF_DIR)):
-            cfg = compose(config_name="config", overrides=list(overrides))
-        obj = OmegaConf.to_object(cfg)
-    except (HydraException, OmegaConfBaseException) as e:
-        raise ConfigError(_explain(e, overrides)) from e
-    except ValueError as e:  # __post_init__ cross-field checks
-        raise ConfigError(str(e)) from e
-    finally:
-        GlobalHydra.instance().clear()
-    assert isinstance(obj, TalentRLConfig)
-    return obj
+    return to_config(compose(overrides, config_dir))
 
 
 def config_from_values(values: dict, source: str) -> TalentRLConfig:
     """A validated ``TalentRLConfig`` from plain values (a params.yaml), merged onto the schema's defaults; errors
     name ``source`` and the key."""
     try:
-        obj = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(TalentRLConfig), values))
+        node = OmegaConf.merge(OmegaConf.structured(TalentRLConfig), values)
     except OmegaConfBaseException as e:
         raise ConfigError(f"{source}: {_explain(e, [])}") from e
-    except ValueError as e:
-        raise ConfigError(f"{source}: {e}") from e
-    assert isinstance(obj, TalentRLConfig)
-    return obj
+    return to_config(node, source)
 
 
 def differences(a: TalentRLConfig, b: TalentRLConfig) -> dict[str, tuple]:

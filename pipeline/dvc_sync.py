@@ -40,7 +40,10 @@ import yaml
 
 from .env import ROOT
 
-STAGE_ORDER = ["collect", "distill", "sft", "rl", "evaluate"]
+from talentrl_core.stages import STAGES
+
+STAGE_ORDER = list(STAGES)
+"dvc.yaml's stages in chain order (``talentrl_core.stages.STAGES``)."
 
 
 def dvc(*args: str, root: Path = ROOT, check: bool = True) -> subprocess.CompletedProcess:

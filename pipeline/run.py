@@ -16,9 +16,8 @@ path derived from ``artifacts_dir`` (``library.uri``, ``env.cache_dir``) follows
 Stdout carries only the stage's JSON metadata (one document per job; logs go to stderr). Exit codes: 0 done;
 1 a named failure: any exception of the stage or of Hydra's setup (an artifacts folder that is a file or read-only is
 checked before Hydra makes its run folder in it) ends in one line ``<stage>: error: [Type: ]...``
-(``TALENTRL_TRACEBACK=1`` shows the traceback); 2 the config or the command line is wrong; 3 the stage is not built
-yet. Offline by default: HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE and
-WANDB_MODE=offline are set unless the environment already sets them.
+(``TALENTRL_TRACEBACK=1`` shows the traceback); 2 the config or the command line is wrong. Offline by default:
+HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE and WANDB_MODE=offline are set unless the environment already sets them.
 """
 
 from __future__ import annotations
@@ -33,13 +32,6 @@ from typing import Sequence
 from .env import offline_defaults
 from .errors import named_errors, report
 
-STAGE_DOC = {
-    "collect": "roll out a policy on training tasks -> artifacts/trajectories",
-    "distill": "trajectories -> skills and talents (LanceDB) -> artifacts/library",
-    "sft": "talent-aware SFT -> artifacts/models/sft",
-    "rl": "routing + execution RL from the SFT checkpoint -> artifacts/models/rl",
-    "evaluate": "fixed panels, baselines, report -> artifacts/eval",
-}
 INFO_FLAGS = {"--help", "-h", "--hydra-help", "--info", "-i", "--cfg", "-c", "--shell-completion", "-sc"}
 "Hydra flags that print something and run no job (no run folder is made for them)."
 # Hydra flags that take a value (the value is not an override)
@@ -48,9 +40,9 @@ VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--conf
 
 
 def usage() -> str:
-    from talentrl_core.stages import BUILT, STAGES
+    from talentrl_core.stages import STAGES
 
-    rows = [f"  {s:<9} {'built' if s in BUILT else 'not built yet':<14} {STAGE_DOC.get(s, '')}" for s in STAGES]
+    rows = [f"  {s:<9} {spec.doc}" for s, spec in STAGES.items()]
     return (
         "usage: python -m pipeline.run <stage> [overrides...] [Hydra flags: -m, --cfg job, --info, ...]\n"
         "       python -m pipeline.run <stage> --params params.yaml [--cfg job]\n\n"
@@ -234,14 +226,11 @@ def _from_params(stage: str, rest: list[str]) -> int:
 
 def run_stage(stage: str, cfg, indent: int | None = 2) -> int:
     """Run one stage on a validated config; prints its JSON metadata on stdout and returns the exit code."""
-    from talentrl_core.stages import STAGES, StageNotBuilt
+    from talentrl_core.stages import STAGES
 
     try:
         with stdout_to_stderr():
             meta = STAGES[stage](cfg)
-    except StageNotBuilt:
-        print(f"stage {stage} is not built yet", file=sys.stderr)
-        return 3
     except Exception as e:  # any failure: one named line, exit 1 (TALENTRL_TRACEBACK=1 re-raises)
         return report(stage, e)
     if int(os.environ.get("RANK", "0")) == 0:  # under torchrun / accelerate launch only the main process prints

@@ -31,13 +31,16 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from talentrl_core.systems import HEADLINE_PAIRS, RL_SYSTEMS, SYSTEMS
+
 from .env import offline_defaults
 from .errors import named_errors
 
 LINKED = ("trajectories", "library", "models/base", "models/sft", "cache")
 "What a replicate shares with the main run (read-only for the rl and evaluate stages)."
-PAIRS = (("talentrl", "flat_grpo"), ("talentrl", "talent_sft"))
-SFT_PAIRS = PAIRS + (("talent_sft", "flat_skillbank"), ("oracle_talent", "random_talent"))
+PAIRS = tuple(p for p in HEADLINE_PAIRS if RL_SYSTEMS[0] in p)
+"Pooled over RL draws: the RL system against its baselines (``systems.HEADLINE_PAIRS``)."
+SFT_PAIRS = tuple(HEADLINE_PAIRS)
 "Pooled over SFT draws, where every draw evaluates every system."
 REDRAWS = ("rl", "sft")
 
@@ -68,7 +71,7 @@ def run_replicate(src: Path, seed: int, overrides: Sequence[str], redraw: str = 
     if redraw == "sft":
         sft(load_config(base))
     rl_both(load_config(base))
-    evaluate(load_config(base if redraw == "sft" else base + ["eval.systems=[flat_grpo,talentrl]"]))
+    evaluate(load_config(base if redraw == "sft" else base + [f"eval.systems=[{','.join(s for s in SYSTEMS if s in RL_SYSTEMS)}]"]))
     return root / "eval"
 
 

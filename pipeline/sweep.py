@@ -70,14 +70,16 @@ def job_config(cfg, run_dir: Path | None = None):
     main library, so a sweep of ``distill`` wrote its versions there."""
     import copy
 
-    from omegaconf import OmegaConf, open_dict, read_write
+    from omegaconf import open_dict, read_write
+
+    from .config import to_config
 
     main_dir = Path(str(cfg.artifacts_dir))
     if run_dir is not None:
         cfg = copy.deepcopy(cfg)
         with read_write(cfg), open_dict(cfg):
             cfg.artifacts_dir = str(run_dir)
-    return main_dir, OmegaConf.to_object(cfg)
+    return main_dir, to_config(cfg)
 
 
 def read_params(path: Path) -> tuple[dict, list[str]]:

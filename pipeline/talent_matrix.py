@@ -27,8 +27,7 @@ def talent_matrix(cfg, checkpoint: str, n: int) -> tuple[list[dict], dict]:
 
     family = family_for(cfg)
     tasks = family.tasks("eval", n or cfg.eval.n_per_panel, cfg.eval.seed)
-    if hasattr(family, "prepare"):
-        family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=False)
+    family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=False)
     knowledge = open_knowledge(pinned_library(cfg, Path(checkpoint)))  # no recorded version (a Hub id): cfg's
     policy = load_policy(cfg, checkpoint, temperature=0.0, name="fixed_talent")[0]
     rows: list[dict] = []

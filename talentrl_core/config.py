@@ -8,7 +8,7 @@ receives these plain dataclasses, never OmegaConf objects. Cross-field checks li
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, Optional
 
@@ -20,6 +20,11 @@ _COSINE = ("in [-1, 1]", lambda v: -1.0 <= v <= 1.0)
 
 
 ATTN_CHOICES = ("auto", "eager", "sdpa", "flash_attention_2", "flex_attention")
+
+
+def _systems():
+    from . import systems  # the registry of evaluation systems (imported on use: no cycle)
+    return systems
 
 
 def check_ranges(section: str, obj, **rules: tuple) -> None:
@@ -87,10 +92,7 @@ class TrackerMode(StrEnum):
 
 
 FAMILY_SETTINGS: dict[str, dict[str, Any]] = {
-    "alfworld": {"max_steps": 50, "expert": "handcoded", "obs_chars": 300},
-    "qa": {"max_steps": 4, "retriever": "bm25", "topk": 3, "obs_chars": 600},
-    "textworld": {"challenges": ["tw-coin_collector"], "challenge_settings": "level=5", "max_steps": 25,
-                  "train_seeds": [1, 200], "eval_seeds": [100001, 100050]},
+    "alfworld": {"max_steps": 50, "obs_chars": 300}, "qa": {"max_steps": 4, "obs_chars": 600}, "textworld": {},
     "webshop": {"max_steps": 15, "obs_chars": 600, "history": 1},
 }
 """Each family's own settings over the ``EnvConfig`` defaults: what ``conf/env/<name>.yaml`` sets (a test holds the
@@ -101,19 +103,18 @@ two equal) and what an evaluation panel of another family runs with (``EnvConfig
 class EnvConfig:
     name: EnvName = EnvName.textworld
     "Environment family: alfworld, textworld, qa or webshop."
-    max_steps: int = 30
+    max_steps: int = 25
     "Episode step limit (turns); the episode fails when reached."
     step_timeout_s: float = 60.0
     "A step (or reset) slower than this ends the episode as failed with the error recorded."
     invalid_penalty: float = 0.0
-    "Reward added per invalid (unparseable or inadmissible) action; DESIGN.md §2 (small, <= 0)."
+    "Reward added per invalid (unparseable or inadmissible) action (small, <= 0)."
     history: int = 2
     "Number of past (observation, action) pairs shown in an execution prompt."
     obs_chars: int = 400
     "Observations are cut to this many characters in prompts."
     routing_obs_chars: int = 0
-    ("Characters of the first observation the router sees after the goal (0: the goal only). A task whose deciding "
-     "information is in the first room, as tw-fork's sign (envs/textworld_maps.py), needs it.")
+    "Characters of the first observation the router sees after the goal (0: the goal only)."
     # ALFWorld
     alfworld_archive: str = "${data_dir}/alfworld/json_2.1.1_all.tar.xz"
     "The ALFWorld games archive (unpacked once into cache_dir)."
@@ -203,12 +204,12 @@ class ModelConfig:
     "Seed for weight init and tokenizer corpus sampling; two builds with one seed are identical."
     dtype: str = "float32"
     "Weights dtype: float32, bfloat16 or float16."
-    device: str = "auto"
-    "cpu, cuda or auto."
+    device: str = "cpu"
+    "cpu, cuda, cuda:<index>, mps or auto (cuda when there is one)."
     compute_dtype: str = "auto"
     "Autocast dtype of the matmuls (weights stay in ``dtype``): auto (bfloat16 where the CPU/GPU runs it natively), float32, bfloat16."
     attn_implementation: str = "auto"
-    "Attention kernel: auto (eager where compute is bfloat16 on a CPU: 18% faster SFT/RL steps at ~450 tokens than\n    the CPU flash kernel, bench/bench_mfu.py; transformers' default elsewhere), eager, sdpa, flash_attention_2, flex_attention."
+    "Attention kernel: auto (eager where compute is bfloat16 on a CPU, where it is faster than the CPU flash kernel;\n    transformers' default elsewhere), eager, sdpa, flash_attention_2, flex_attention."
     backend: Backend = Backend.transformers
     "Generation backend for rollouts."
     openai_base_url: str = ""
@@ -374,8 +375,7 @@ class SFTConfig:
     save_steps: int = 100
     "Checkpoint every N steps (for resume)."
     keep_checkpoints: int = 2
-    ("Checkpoints kept in <out>.work (older ones are deleted; 0 keeps all, e.g. to trace the router's learning curve "
-     "with bench/bench_routing.py: docs/talents.md §11).")
+    "Checkpoints kept in <out>.work (older ones are deleted; 0 keeps all)."
     micro_batch_size: int = 4
     "Samples per forward pass: each step's batch_size random samples run sorted by length in micro-batches of this size (less padding, the same gradient)."
     resume: bool = True
@@ -392,20 +392,17 @@ class SFTConfig:
      "not teach; a mixing weight, as in dataset interleaving.")
     routing_warmup_steps: int = 0
     ("N steps on routing samples only before the max_steps steps of the weighted mix (a curriculum phase; the "
-     "learning rate holds its peak through it and decays over the mix). Where the executor's data teach that what "
-     "the router must read does not matter (the fork's sign: docs/talents.md §13), SFT on the mix leaves the router "
-     "blank (routing weight 2, 4 and 8 measured); a router learned first survives the mix.")
+     "learning rate holds its peak through it and decays over the mix).")
     routing_warmup_until: float = 0.0
     ("End the warm-up early once, for every routing label, this share of its routing samples is predicted exactly "
      "(teacher-forced; checked every routing_warmup_check_every steps); routing_warmup_steps is then the cap. 0: a "
-     "fixed warm-up. How many steps the router needs is a draw (fork: under 50 on SFT seed 0, over 60 on seed 1).")
+     "fixed warm-up.")
     routing_warmup_check_every: int = 10
     "Steps between routing-accuracy checks of the warm-up (with routing_warmup_until > 0)."
     skip_forced: bool = False
     ("Leave out execution samples whose step offered one command (besides look/inventory): constrained decoding takes "
-     "such a step without asking the policy. On the demo it made the executor worse (hidden-route success 0.32 -> 0.18; "
-     "docs/results/talents-executor-2026-12-01), so it is off by default.")
-    flat_share: float = 0.0
+     "such a step without asking the policy.")
+    flat_share: float = 0.25
     ("Share of successful trajectories whose execution samples are rendered flat: no strategy line, skills retrieved "
      "without the talent term (talent dropout). The flat SkillBank baseline then runs on prompts its checkpoint was "
      "trained on, as a SkillBank SFT on the same demonstrations would; chosen per trajectory by a seeded hash.")
@@ -506,6 +503,11 @@ class RLConfig:
     evolve_tasks: int = 2
     "Evolution: tasks of the candidate's type in each matched test (group_size/n_arms rollouts per arm each)."
 
+    def as_flat_baseline(self) -> "RLConfig":
+        """These settings as the flat-GRPO baseline trains them (what ``rl=flat_grpo`` selects): flat retrieval, no
+        routing sample, one arm."""
+        return replace(self, flat_baseline=True, n_arms=1, no_talent_arm=False)
+
     def __post_init__(self) -> None:
         if self.n_arms < 1 or self.group_size < 1:
             raise ValueError("rl.n_arms and rl.group_size must be >= 1")
@@ -535,10 +537,8 @@ class RLConfig:
 
 @dataclass
 class EvalConfig:
-    systems: list[str] = field(
-        default_factory=lambda: ["zero_shot", "flat_skillbank", "random_talent", "oracle_talent", "talent_sft"]
-    )
-    "Systems compared in one table."
+    systems: list[str] = field(default_factory=lambda: list(_systems().DEFAULT_SYSTEMS))
+    "Systems compared in one table (``evaluation/systems.py``; default: those that need no RL checkpoint)."
     panels: list[str] = field(default_factory=lambda: ["textworld"])
     "Panels: textworld, webshop, alfworld_valid_seen, alfworld_valid_unseen, qa_<set>."
     n_per_panel: int = 50
@@ -552,15 +552,12 @@ class EvalConfig:
     ci: str = "wilson"
     "95% interval: wilson or bootstrap."
     promote_tolerance: float = 0.05
-    "Gate: talentrl may fall below talent_sft by at most this much success."
+    "Promotion gate: the RL system (talentrl) may fall below the SFT one it started from by at most this much success."
     max_error_share: float = 0.05
     "Integrity check: a (system, panel) whose episodes ended in an environment error more often than this fails the evaluation's asset check."
 
     def __post_init__(self) -> None:
-        allowed = {"zero_shot", "flat_skillbank", "random_talent", "oracle_talent", "talent_sft", "flat_grpo", "talentrl"}
-        bad = [s for s in self.systems if s not in allowed]
-        if bad:
-            raise ValueError(f"eval.systems has unknown {bad}; choose from {sorted(allowed)}")
+        _systems().check_systems(self.systems)
         if self.ci not in ("wilson", "bootstrap"):
             raise ValueError(f"eval.ci={self.ci!r}: choose wilson or bootstrap")
         check_ranges("eval", self, n_per_panel=("0 (every task) or more", lambda v: v >= 0), avg_k=_NON_NEGATIVE)

@@ -9,46 +9,24 @@ Two sample kinds come out of a trajectory:
 
 Skill and talent text is *data*: ``escape_data`` neutralises tags inside it so a skill that says
 "<action>go north</action>" can never be parsed as the policy's action.
+
+Each family's system rule, action parser and label syntax are its ``FamilySpec``'s (``envs/registry.py``): nothing
+here branches on a family's name.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Iterator, Mapping, Optional, Sequence
+
+from .envs.registry import FAMILIES, family_spec
+from .envs.syntax import _last_tag, parse_action, parse_qa  # noqa: F401  (parse_action, parse_qa: public here too)
 
 CHAT_TEMPLATE_KWARGS = {"enable_thinking": False}
 """Passed to every ``apply_chat_template`` of the policy (prompts, SFT labels, RL samples). The agent reasons in its
 own ``<think>`` inside the reply format, so a template's native thinking mode is off: Qwen3's template then puts its
 empty ``<think></think>`` block into the generation prompt, and the label is exactly the reply the action trie
 allows. Templates without the variable ignore it."""
-
-
-def _last_tag(text: str, tag: str) -> Optional[str]:
-    """The body of the last complete ``<tag>…</tag>`` in linear time (a regex over a flood of unclosed tags is
-    quadratic: seconds for a 64 kB completion). None when there is none.
-
-    >>> _last_tag("<a>1</a> <a>2</a><a>3", "a")
-    '2'
-    """
-    open_, close = f"<{tag}>", f"</{tag}>"
-    end = text.rfind(close)
-    start = text.rfind(open_, 0, end) if end >= 0 else -1
-    if start < 0:
-        return None
-    end = text.find(close, start + len(open_))  # the first close after that open (non-greedy, as a regex would)
-    return text[start + len(open_): end]
-
-
-def _first_tag(text: str, tags: Sequence[str]) -> Optional[tuple[str, str]]:
-    """(tag, body) of the earliest complete ``<tag>…</tag>`` among ``tags``, in linear time."""
-    best: Optional[tuple[int, str, str]] = None
-    for tag in tags:
-        start = text.find(f"<{tag}>")
-        end = text.find(f"</{tag}>", start + len(tag) + 2) if start >= 0 else -1
-        if end >= 0 and (best is None or start < best[0]):
-            best = (start, tag, text[start + len(tag) + 2: end])
-    return (best[1], best[2]) if best else None
-
 
 
 def escape_data(text: str) -> str:
@@ -58,21 +36,6 @@ def escape_data(text: str) -> str:
     'use ‹action›go north‹/action›'
     """
     return text.replace("<", "‹").replace(">", "›")
-
-
-def parse_action(completion: str) -> Optional[str]:
-    """The command in the last ``<action>`` tag, stripped; None when there is none or it is empty.
-
-    >>> parse_action("<think>go</think><action> go to desk 1 </action>")
-    'go to desk 1'
-    >>> parse_action("go to desk 1") is None
-    True
-    """
-    found = _last_tag(completion, "action")
-    if found is None:
-        return None
-    act = " ".join(found.split())
-    return act or None
 
 
 def parse_talent(completion: str) -> Optional[str]:
@@ -85,35 +48,35 @@ def parse_talent(completion: str) -> Optional[str]:
     return (found.strip() or None) if found is not None else None
 
 
-def parse_qa(completion: str) -> Optional[str]:
-    """The first complete Search-R1 tag of a QA completion, normalised to ``<search>q</search>`` or
-    ``<answer>a</answer>``; None when neither is present.
-
-    >>> parse_qa("<think>who?</think><search> capital of France </search>")
-    '<search>capital of France</search>'
-    """
-    m = _first_tag(completion, ("search", "answer"))
-    if not m:
-        return None
-    kind, body = m[0], " ".join(m[1].split())
-    return f"<{kind}>{body}</{kind}>" if body else None
-
-
 def parse_for_env(env: str, completion: str) -> Optional[str]:
-    return parse_qa(completion) if env == "qa" else parse_action(completion)
+    """The action of ``completion`` in ``env``'s syntax (the family's ``FamilySpec.parse``; ``<action>`` for a name no
+    family registers)."""
+    spec = FAMILIES.get(str(env))
+    return (spec.parse if spec is not None else parse_action)(completion)
 
 
-RULES = {
-    "alfworld": "You are a household agent. Reply with <think>brief plan</think><action>one admissible command</action>.",
-    "textworld": "You play a text game. Reply with <think>brief plan</think><action>one admissible command</action>.",
-    "webshop": "You shop on a website for what the task asks. Reply with <think>brief plan</think><action>search[query] or "
-               "click[one admissible button]</action>.",
-    "qa": (
-        "Answer the question. Reason in <think></think>. To look something up write "
-        "<search>query</search>; results come back in <information></information>. "
-        "Finish with <answer>short answer</answer>."
-    ),
-}
+def rule_for(env: str) -> str:
+    """The system rule of ``env``'s prompts (its ``FamilySpec.rule``); a KeyError names the families."""
+    return family_spec(env).rule
+
+
+class _Rules(Mapping[str, str]):
+    """Family name → system rule, read live from the registry (``envs.registry.FAMILIES``) in its order."""
+
+    def __getitem__(self, env: str) -> str:
+        if str(env) not in FAMILIES:
+            raise KeyError(env)
+        return FAMILIES[str(env)].rule
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(FAMILIES))
+
+    def __len__(self) -> int:
+        return len(FAMILIES)
+
+
+RULES: Mapping[str, str] = _Rules()
+"Every family's system rule (the tiny model's tokenizer reads them all, ``models.tokenizer_corpus``)."
 
 
 @dataclass
@@ -184,7 +147,7 @@ def routing_messages(env: str, goal: str, menu: Sequence[TalentView], observatio
     lines = [f"{t.shown}: {escape_data(t.name)} — {escape_data(t.when_to_apply)}" for t in menu]
     seen = f"Obs: {observation}\n" if observation else ""
     user = f"Task: {goal}\n{seen}Choose a strategy:\n" + "\n".join(lines) + "\nReply with <talent>ID</talent>."
-    return [{"role": "system", "content": RULES[env]}, {"role": "user", "content": user}]
+    return [{"role": "system", "content": rule_for(env)}, {"role": "user", "content": user}]
 
 
 @dataclass
@@ -236,16 +199,15 @@ def execution_messages(ctx: ExecContext) -> list[dict]:
         parts.append("Admissible: " + ", ".join(acts))
     if ctx.talent is not None:  # last, next to the decision: what the talent says to do now
         parts.append(f"Strategy ({escape_data(ctx.talent.name)}): {escape_data(ctx.talent.strategy)}")
-    system = RULES[ctx.env] + (" " + ctx.extra_rules if ctx.extra_rules else "")
+    system = rule_for(ctx.env) + (" " + ctx.extra_rules if ctx.extra_rules else "")
     return [{"role": "system", "content": system}, {"role": "user", "content": "\n".join(parts)}]
 
 
 def format_action(env: str, action: str, think: str = "") -> str:
     """The target completion for an expert action (SFT labels)."""
     prefix = f"<think>{think}</think>" if think else ""
-    if env == "qa":
-        return prefix + action
-    return f"{prefix}<action>{action}</action>"
+    spec = FAMILIES.get(str(env))
+    return prefix + (spec.wrap(action) if spec is not None else f"<action>{action}</action>")
 
 
 def format_talent(talent_id: str) -> str:

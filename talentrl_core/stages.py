@@ -11,18 +11,18 @@ import hashlib
 import os
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .config import PolicyKind, TalentRLConfig
 from .envs import make_family
+from .systems import RL_ASSET_OF_SYSTEM, RL_SYSTEMS, SYSTEMS
+
+if TYPE_CHECKING:  # the rollout loop imports torch: imported where a stage runs, so that the registry is cheap
+    from .rollout import RolloutSettings
+    from .trajectories import Trajectory
 from .paths import ArtifactPaths
-from .rollout import EpisodeSpec, ExpertPolicy, RandomPolicy, RolloutSettings, run_episodes, run_episodes_parallel
-from .trajectories import Trajectory, write_trajectories
-
-
-class StageNotBuilt(NotImplementedError):
-    """A stage whose implementation does not exist yet; never faked."""
 
 
 def _uid(*parts) -> str:
@@ -30,6 +30,8 @@ def _uid(*parts) -> str:
 
 
 def rollout_settings(cfg: TalentRLConfig, run_id: str, split: str, checkpoint: str = "") -> RolloutSettings:
+    from .rollout import RolloutSettings
+
     return RolloutSettings.of(cfg.env, run_id=run_id, split=split, checkpoint=checkpoint)
 
 
@@ -39,8 +41,7 @@ def family_for(cfg: TalentRLConfig):
 
 def tasks_for(cfg: TalentRLConfig, family, split: str, n: int, seed: int):
     tasks = family.tasks(split, n, seed)
-    if hasattr(family, "prepare"):  # TextWorld: generate missing games in parallel up front
-        family.prepare(tasks, workers=max(1, cfg.collect.workers))
+    family.prepare(tasks, workers=max(1, cfg.collect.workers))  # EnvFamily.prepare: TextWorld builds missing games
     return tasks
 
 
@@ -98,6 +99,8 @@ def write_collected(trajs: list[Trajectory], root: Path, run_id: str) -> list[st
     if trajs and len(errors) == len(trajs):
         raise CollectFailed(f"{run_id}: all {len(trajs)} episodes failed (first error: {errors[0]}); nothing written, "
                             f"earlier trajectories under {root} left in place")
+    from .trajectories import write_trajectories
+
     for i, t in enumerate(trajs):
         t.traj_uid = _uid(run_id, t.task_id, i)
     return [str(f) for f in write_trajectories(trajs, root, run_id)]
@@ -105,6 +108,8 @@ def write_collected(trajs: list[Trajectory], root: Path, run_id: str) -> list[st
 
 def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tuple[list[Trajectory], dict]:
     """Every task once per strategy expert; one Parquet file per strategy."""
+    from .rollout import EpisodeSpec, ExpertPolicy, run_episodes_parallel
+
     c = cfg.collect
     trajs: list[Trajectory] = []
     files, per_strategy = [], {}
@@ -149,6 +154,8 @@ def collect(cfg: TalentRLConfig) -> dict:
 
 
 def _collect(cfg: TalentRLConfig) -> dict:
+    from .rollout import EpisodeSpec, RandomPolicy, run_episodes, run_episodes_parallel
+
     paths = ArtifactPaths.of(cfg)
     tidy_staging(paths.trajectories, cfg.env.cache_dir)
     family = family_for(cfg)
@@ -322,23 +329,13 @@ def rl(cfg: TalentRLConfig) -> dict:
     out = paths.flat_grpo_checkpoint if flat else paths.rl_checkpoint
     family = family_for(cfg)
     knowledge = require_library(open_knowledge(pinned_library(cfg, paths.sft_checkpoint), flat=flat), cfg)
+    system = next(s for s in RL_SYSTEMS if SYSTEMS[s].flat == flat)
     with _tracker(cfg, "rl_flat_grpo" if flat else "rl") as tracker:
         info = train_rl(cfg, family, knowledge, str(paths.sft_checkpoint), out, tracker=tracker)
-        log_model(tracker, cfg, "flat_grpo" if flat else "talentrl", out,
+        log_model(tracker, cfg, system, out,
                   {"library_version": getattr(knowledge, "version", None), "sft_checkpoint": str(paths.sft_checkpoint), **info})
         info.update(tracker.metadata())
     return {"checkpoint": str(out), **info}
-
-
-RL_SYSTEMS = ("talentrl", "flat_grpo")
-"What the rl stage trains, in order: TalentRL (``models/rl``) and the flat-GRPO baseline (``models/flat_grpo``)."
-
-
-def flat_grpo_config(cfg: TalentRLConfig) -> TalentRLConfig:
-    """``cfg`` as the flat-GRPO baseline trains it: flat skill retrieval, no routing sample, one arm, λ = 0."""
-    import dataclasses
-
-    return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=True, n_arms=1, no_talent_arm=False))
 
 
 def rl_both(cfg: TalentRLConfig, systems: tuple[str, ...] = RL_SYSTEMS) -> dict:
@@ -347,12 +344,10 @@ def rl_both(cfg: TalentRLConfig, systems: tuple[str, ...] = RL_SYSTEMS) -> dict:
     unknown = set(systems) - set(RL_SYSTEMS)
     if unknown:
         raise ValueError(f"rl: unknown system(s) {sorted(unknown)}; choose from {list(RL_SYSTEMS)}")
-    out = {}
-    if "talentrl" in systems:
-        out["talentrl"] = rl(cfg)
-    if "flat_grpo" in systems:
-        out["flat_grpo"] = rl(flat_grpo_config(cfg))
-    return out
+    import dataclasses
+
+    flat = dataclasses.replace(cfg, rl=cfg.rl.as_flat_baseline())
+    return {system: rl(flat if SYSTEMS[system].flat else cfg) for system in RL_SYSTEMS if system in systems}
 
 
 def evaluate(cfg: TalentRLConfig) -> dict:
@@ -400,12 +395,33 @@ def log_report(tracker, cfg: TalentRLConfig, out: dict) -> None:
                                    "report": out["files"].get("report.md")})
 
 
-STAGES: dict[str, Callable[[TalentRLConfig], dict]] = {
-    "collect": collect,
-    "distill": distill,
-    "sft": sft,
-    "rl": rl_both,
-    "evaluate": evaluate,
+@dataclass(frozen=True)
+class StageSpec:
+    """One pipeline stage: its function, what it does, and its outputs. Calling the spec runs the stage."""
+
+    run: Callable[..., dict]
+    doc: str
+    "One line for ``python -m pipeline.run --help``."
+    outputs: tuple[tuple[str, str], ...]
+    """(Dagster asset, ``ArtifactPaths`` attribute of the folder whose DVC md5 is its data version), in the order of
+    the stage's DVC outs; the first is the stage's own asset."""
+
+    def __call__(self, cfg: TalentRLConfig, **kwargs) -> dict:
+        return self.run(cfg, **kwargs)
+
+    @property
+    def assets(self) -> list[str]:
+        return [asset for asset, _ in self.outputs]
+
+
+STAGES: dict[str, StageSpec] = {
+    "collect": StageSpec(collect, "roll out a policy on training tasks -> artifacts/trajectories",
+                         (("trajectories", "trajectories"),)),
+    "distill": StageSpec(distill, "trajectories -> skills and talents (LanceDB) -> artifacts/library", (("library", "library"),)),
+    "sft": StageSpec(sft, "talent-aware SFT -> artifacts/models/sft", (("sft_checkpoint", "sft_checkpoint"),)),
+    "rl": StageSpec(rl_both, "routing + execution RL from the SFT checkpoint -> artifacts/models/rl (and the flat-GRPO "
+                    "baseline -> artifacts/models/flat_grpo)", tuple((a, a) for a in RL_ASSET_OF_SYSTEM.values())),
+    "evaluate": StageSpec(evaluate, "fixed panels, baselines, report -> artifacts/eval", (("evaluation", "eval"),)),
 }
-BUILT: set[str] = {"collect", "distill", "sft", "rl", "evaluate"}
-"Stages implemented so far (``pipeline.run --help`` lists them)."
+"""The pipeline's stages in chain order: the one list every entry point (``pipeline.run``, the Dagster assets,
+``pipeline.dvc_sync``, ``pipeline.demo``) and dvc.yaml's stages follow."""

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from talentrl_core.config import EnvConfig
-from talentrl_core.envs.alfworld import AlfworldEnv, AlfworldFamily
-from talentrl_core.envs.alfworld_strategies import (
+from talentrl_core.envs.alfworld.env import AlfworldEnv
+from talentrl_core.envs.alfworld.family import AlfworldFamily
+from talentrl_core.envs.alfworld.strategies import (
     CLOSED_CLASSES,
     containers_first,
     parse_goal,

@@ -117,3 +117,59 @@ def test_each_env_yaml_is_its_family_settings_and_panels_of_another_family_use_t
     env, split = panel_env(cfg, "alfworld_valid_seen")
     assert (env.max_steps, env.expert, env.obs_chars, split) == (50, "handcoded", 300, "valid_seen")
     assert panel_env(cfg, "textworld")[0] is cfg.env
+
+
+def _leaves(d: dict, prefix: str = ""):
+    """(dotted key, value) of every setting a conf file gives (a schema field holding a dict is one leaf)."""
+    from pipeline.config import _fields_of
+
+    for k, v in d.items():
+        if k in ("defaults", "hydra"):
+            continue
+        key = f"{prefix}{k}"
+        if isinstance(v, dict) and _fields_of(key) is not None:
+            yield from _leaves(v, key + ".")
+        else:
+            yield key, v
+
+
+def _nest(key: str, value) -> dict:
+    head, _, rest = key.partition(".")
+    return {head: _nest(rest, value) if rest else value}
+
+
+def test_conf_gives_only_what_differs_from_the_schema():
+    """YAML only for what differs: a group option sets no key to the dataclass default (an env option still names its
+    family), an experiment none to the value it would inherit anyway (from the groups and experiments it builds on)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+    from omegaconf import OmegaConf
+
+    from pipeline.config import compose
+
+    defaults = OmegaConf.structured(TalentRLConfig)
+    same = []
+    for group in ("env", "model", "library", "collect", "sft", "rl", "eval"):
+        for f in sorted((CONF_DIR / group).glob("*.yaml")):
+            for key, v in _leaves(yaml.safe_load(f.read_text()) or {}, group + "."):
+                if key != "env.name" and v != "???" and OmegaConf.merge(defaults, OmegaConf.create(_nest(key, v))) == defaults:
+                    same.append(f"{f.relative_to(CONF_DIR)}: {key}")
+    with tempfile.TemporaryDirectory() as tmp:
+        bare = Path(tmp) / "conf"
+        shutil.copytree(CONF_DIR, bare)
+        for f in sorted((CONF_DIR / "experiment").glob("*.yaml")):
+            text = f.read_text()
+            given = yaml.safe_load(text) or {}
+            header = "# @package _global_\n" if "@package _global_" in text else ""
+            keep = {k: given[k] for k in ("defaults", "experiment") if k in given}
+            (bare / "experiment" / f.name).write_text(header + yaml.safe_dump(keep))
+            full = compose([f"experiment={f.stem}"])
+            inherited = compose([f"experiment={f.stem}"], config_dir=bare)
+            (bare / "experiment" / f.name).write_text(text)
+            for key, _ in _leaves(given):
+                if key != "experiment" and OmegaConf.select(full, key) == OmegaConf.select(inherited, key):
+                    same.append(f"experiment/{f.name}: {key}")
+    assert not same, "conf keys that repeat what the schema (or the inherited config) already gives: " + ", ".join(same)

@@ -13,16 +13,9 @@ from pathlib import Path
 import pytest
 
 from talentrl_core.config import EnvConfig
-from talentrl_core.envs.alfworld import (
-    SPLIT_SIZES,
-    TASK_TYPES,
-    AlfworldDataError,
-    AlfworldEnv,
-    AlfworldFamily,
-    check_split,
-    ensure_unpacked,
-    parse_game_key,
-)
+from talentrl_core.envs.alfworld.data import SPLIT_SIZES, TASK_TYPES, AlfworldDataError, ensure_unpacked, parse_game_key
+from talentrl_core.envs.alfworld.env import AlfworldEnv
+from talentrl_core.envs.alfworld.family import AlfworldFamily, check_split
 from talentrl_core.envs.base import Env, EnvFamily, Task
 
 # A two-object game in a bedroom whose desk and drawers share one location: it needs the `move X to Y`

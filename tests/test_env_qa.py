@@ -15,26 +15,11 @@ import pytest
 
 from talentrl_core.config import EnvConfig
 from talentrl_core.envs.base import Task
-from talentrl_core.envs.qa import (
-    CONTEXT_SETS,
-    EVAL_SETS,
-    INVALID_QA_OBS,
-    QADataError,
-    QAEnv,
-    QAFamily,
-    load_eval_set,
-    load_qa_file,
-)
-from talentrl_core.envs.qa_retrieval import (
-    BM25Retriever,
-    HttpRetriever,
-    Passage,
-    Retriever,
-    load_corpus,
-    main as retrieval_main,
-    make_app,
-)
-from talentrl_core.envs.qa_scoring import answer_score, em_reward, exact_match, extract_answer, f1
+from talentrl_core.envs.qa.data import CONTEXT_SETS, EVAL_SETS, QADataError, load_eval_set, load_qa_file
+from talentrl_core.envs.qa.env import INVALID_QA_OBS, QAEnv, QAFamily
+from talentrl_core.envs.qa.retrieval import BM25Retriever, Passage, Retriever, load_corpus
+from talentrl_core.envs.qa.serving import HttpRetriever, main as retrieval_main, make_app
+from talentrl_core.envs.qa.scoring import answer_score, em_reward, exact_match, extract_answer, f1
 
 EXPECTED = {"nq": 1000, "triviaqa": 1000, "popqa": 1000, "hotpotqa": 500, "2wiki": 500, "musique": 500, "bamboogle": 125}
 
@@ -198,7 +183,7 @@ def test_retrieval_cli_query_mode(corpus_path, capsys):
 
 
 def test_dense_retriever_minilm_lancedb(shared_data, tmp_path):
-    from talentrl_core.envs.qa_retrieval import DenseRetriever, load_embedder
+    from talentrl_core.envs.qa.retrieval import DenseRetriever, load_embedder
 
     passages = load_corpus(shared_data / "qa" / "corpus" / "searchr1_example_corpus.jsonl")
     model = load_embedder()

@@ -16,8 +16,10 @@ pytest.importorskip("textworld")
 
 from talentrl_core.config import EnvConfig  # noqa: E402
 from talentrl_core.envs.base import Env, Task  # noqa: E402
-from talentrl_core.envs import textworld_env as tw  # noqa: E402
-from talentrl_core.envs.textworld_env import GameSpec, TextWorldEnv, TextWorldFamily  # noqa: E402
+from talentrl_core.envs.textworld import games as tw  # noqa: E402
+from talentrl_core.envs.textworld.env import TextWorldEnv  # noqa: E402
+from talentrl_core.envs.textworld.family import TextWorldFamily  # noqa: E402
+from talentrl_core.envs.textworld.settings import GameSpec  # noqa: E402
 
 
 def _cfg(**kw) -> EnvConfig:

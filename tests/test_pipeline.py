@@ -1,7 +1,5 @@
 """Orchestration: Dagster definitions, the stage CLI, schedule and sensor, DVC hashes and lock, tracking,
 and a real webserver launching a run through GraphQL.
-
-Tests that need a built stage skip with the reason until ``talentrl_core.stages.BUILT`` lists it.
 """
 
 import json
@@ -19,21 +17,16 @@ import pytest
 import yaml
 
 from assets.dvc_hash import IGNORED, dir_md5, dvc_md5, file_md5
-from assets.stage_assets import GPU_OP_TAGS, output_of
-from talentrl_core.stages import BUILT, STAGES
+from assets.stage_assets import GPU_OP_TAGS, output_of, output_of_asset
+from talentrl_core.stages import STAGES
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
-STAGE_ORDER = ["collect", "distill", "sft", "rl", "evaluate"]
 
 
 def _run(args, cwd=ROOT, timeout=300, **kw):
     env = dict(os.environ, PATH=f"{Path(PY).parent}{os.pathsep}{os.environ['PATH']}")
     return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, **kw)
-
-
-def _needs(stage: str):
-    return pytest.mark.skipif(stage not in BUILT, reason=f"stage {stage} is not built yet (talentrl_core.stages.BUILT)")
 
 
 # ---------------------------------------------------------------------------------------------- definitions
@@ -150,18 +143,20 @@ def test_unknown_deployment_is_refused(monkeypatch):
         deployment_name()
 
 
-def _not_built(cfg):
-    from talentrl_core.stages import StageNotBuilt
-
-    raise StageNotBuilt("evaluate")
+class StageBroke(RuntimeError):
+    pass
 
 
-def test_unbuilt_stage_asset_fails_never_faked(tmp_path, monkeypatch):
-    """Materialising an unbuilt stage fails the run (the UI shows it red); nothing is written."""
+def _broken(cfg):
+    raise StageBroke("evaluate")
+
+
+def test_failing_stage_asset_fails_never_faked(tmp_path, monkeypatch):
+    """A stage that raises fails the run (the UI shows it red); nothing is recorded."""
     import talentrl_core.stages
     from pipeline.definitions import defs
 
-    monkeypatch.setitem(talentrl_core.stages.STAGES, "evaluate", _not_built)
+    monkeypatch.setitem(talentrl_core.stages.STAGES, "evaluate", _broken)
     result = defs.resolve_job_def("talentrl_chain").execute_in_process(
         run_config={"resources": {"talentrl": {"config": {"overrides": [f"artifacts_dir={tmp_path}"]}}}},
         instance=dg.DagsterInstance.ephemeral(),
@@ -170,19 +165,19 @@ def test_unbuilt_stage_asset_fails_never_faked(tmp_path, monkeypatch):
     )
     assert not result.success
     failure = [e for e in result.all_events if e.is_step_failure][0]
-    assert failure.step_failure_data.error.cause.cls_name == "StageNotBuilt"
+    assert failure.step_failure_data.error.cause.cls_name == "StageBroke"
     assert result.asset_materializations_for_node("evaluation") == []
 
 
 # ---------------------------------------------------------------------------------------------- CLI
 
 
-def test_run_help_lists_stages_and_what_is_built():
+def test_run_help_lists_every_stage_with_its_line():
     proc = _run([PY, "-m", "pipeline.run", "--help"])
     assert proc.returncode == 0, proc.stderr
-    for stage in STAGES:
+    for stage, spec in STAGES.items():
         line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith(stage + " "))
-        assert ("not built yet" in line) == (stage not in BUILT), line
+        assert line.split(None, 1)[1] == spec.doc, line
 
 
 def test_bad_override_exits_2_naming_the_key():
@@ -191,13 +186,13 @@ def test_bad_override_exits_2_naming_the_key():
     assert "config error" in proc.stderr and "env.max_stepz" in proc.stderr
 
 
-def test_unbuilt_stage_exits_3(monkeypatch, capsys):
+def test_failing_stage_exits_1_with_one_named_line(monkeypatch, capsys):
     import talentrl_core.stages
     from pipeline.run import main
 
-    monkeypatch.setitem(talentrl_core.stages.STAGES, "evaluate", _not_built)
-    assert main(["evaluate"]) == 3
-    assert "stage evaluate is not built yet" in capsys.readouterr().err
+    monkeypatch.setitem(talentrl_core.stages.STAGES, "evaluate", _broken)
+    assert main(["evaluate"]) == 1
+    assert "evaluate: error: StageBroke: evaluate" in capsys.readouterr().err
 
 
 def test_offline_defaults_respect_the_environment(monkeypatch):
@@ -293,9 +288,12 @@ def test_dvc_yaml_matches_stages_and_assets():
     from pipeline.config import load_config
     from pipeline.params import compose_params
 
-    assert list(spec["stages"]) == STAGE_ORDER == list(STAGES)
+    assert list(spec["stages"]) == list(STAGES)
     cfg = load_config(["artifacts_dir=artifacts"])
     params = compose_params([])
+    for stage, st in spec["stages"].items():  # the stage's outputs in the order of its assets (StageSpec.outputs)
+        assert [o if isinstance(o, str) else next(iter(o)) for o in st["outs"]][:len(STAGES[stage].outputs)] == \
+            [str(output_of_asset(a, cfg)) for a in STAGES[stage].assets], stage
     for stage, s in spec["stages"].items():
         assert s["cmd"] == f"python -m pipeline.run {stage} --params params.yaml"
         assert "overrides" in s["params"]  # the lock records how params.yaml was composed
@@ -364,7 +362,6 @@ def test_dvc_exp_run_set_param_changes_what_the_stage_runs(tmp_path):
     assert proc.returncode == 2 and "params.yaml" in proc.stderr and "max_steps" in proc.stderr, proc.stderr
 
 
-@_needs("collect")
 def test_dagster_materialisation_then_dvc_is_up_to_date(tmp_path, monkeypatch, session_cache):
     """Dagster materialises trajectories; dvc_sync records it; dvc status is clean, dvc repro a no-op,
     the lock's md5 equals Dagster's data version, and a forced dvc repro reproduces the same hash."""
@@ -552,7 +549,6 @@ mutation Launch($params: ExecutionParams!) {
 }"""
 
 
-@_needs("collect")
 def test_webserver_launches_a_run_through_graphql(tmp_path, session_cache):
     """dagster-webserver on a free loopback port; launchRun (GraphQL) materialises trajectories."""
     import httpx

@@ -35,7 +35,7 @@ def world(session_cache, tmp_path_factory):
 
 def test_sft_context_equals_inference_retrieval(world):
     fam, tasks, trajs, knowledge = world
-    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
     assert data.report["n_routing"] == len(trajs) and data.report["skill_context_share"] >= 0.5
     t = trajs[0]
     label = knowledge.label_for(t)
@@ -55,7 +55,7 @@ def test_sft_context_equals_inference_retrieval(world):
 
 def test_sft_few_steps_change_weights_and_lower_loss(world, tmp_path, shared_data):
     fam, tasks, trajs, knowledge = world
-    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
     base = build_tiny(SMALL, tmp_path / "base", shared_data)
     cfg = SFTConfig(max_steps=12, lr=3e-3, warmup_steps=2, batch_size=8, save_steps=4, keep_checkpoints=0)
 
@@ -126,7 +126,7 @@ def test_routing_warmup_steps_train_routing_samples_first(world, tmp_path, share
     import talentrl_core.sft as sft_mod
 
     fam, tasks, trajs, knowledge = world
-    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
     kinds = [s["kind"] for s in data.samples]
     orders = []
     real = sft_mod.length_sorted_order
@@ -162,7 +162,7 @@ def test_routing_warmup_until_ends_the_warmup_on_a_passing_check(world, tmp_path
     import talentrl_core.routing_warmup as rw
 
     fam, tasks, trajs, knowledge = world
-    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
     kinds = [s["kind"] for s in data.samples]
     scripted = iter([0.25, 1.0])
     monkeypatch.setattr(rw, "label_accuracy", lambda model, rows: {"min": next(scripted), "by_label": {}})
@@ -245,7 +245,7 @@ def test_moved_artifacts_resume_and_a_damaged_newest_checkpoint_falls_back(world
     from safetensors.torch import load_file
 
     fam, tasks, trajs, knowledge = world
-    data = build_sft_data(trajs, knowledge, SFTConfig(min_skill_share=0.5))
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
     a, b = tmp_path / "a", tmp_path / "b"
     build_tiny(SMALL, a / "base", shared_data)
     cfg = SFTConfig(max_steps=4, lr=3e-3, warmup_steps=1, batch_size=8, save_steps=2, keep_checkpoints=0)

@@ -165,7 +165,7 @@ def test_labels_follow_strategies_and_the_measured_best(knowledge, runs):
 
 def test_sft_samples_carry_the_strategy_talent_and_route_to_the_best(knowledge, runs):
     k, meta = knowledge
-    data = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0))
+    data = build_sft_data(runs, k, SFTConfig(flat_share=0.0, min_skill_share=0.0))
     shown = {m.talent_id: m.label for m in k.menu("textworld")}
     by_uid = {t.task_id + t.strategy: t for t in runs if t.success}
     n_exec = 0
@@ -283,7 +283,7 @@ def test_sft_draw_replicates_retrain_sft_and_pool_the_sft_pairs(tmp_path):
 def test_flat_share_renders_whole_trajectories_as_the_flat_baseline_sees_them(knowledge, runs):
     k, _ = knowledge
     flat_k = LibraryKnowledge(k.lib, k.cfg, flat=True)
-    none = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0))
+    none = build_sft_data(runs, k, SFTConfig(flat_share=0.0, min_skill_share=0.0))
     half = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0, flat_share=0.5))
     again = build_sft_data(runs, k, SFTConfig(min_skill_share=0.0, flat_share=0.5))
     assert none.report["flat_trajectories"] == 0
@@ -292,7 +292,7 @@ def test_flat_share_renders_whole_trajectories_as_the_flat_baseline_sees_them(kn
     assert [s["messages"] for s in half.samples] == [s["messages"] for s in again.samples]  # seeded, stable
     flat_exec = [s for s in half.samples if s["kind"] == "exec" and not s["talent_id"]]
     assert flat_exec and all("Strategy (" not in s["messages"][1]["content"] for s in flat_exec)
-    flat_only = build_sft_data(runs, flat_k, SFTConfig(min_skill_share=0.0))  # what a flat SkillBank SFT would see
+    flat_only = build_sft_data(runs, flat_k, SFTConfig(flat_share=0.0, min_skill_share=0.0))  # what a flat SkillBank SFT would see
     flat_prompts = {json.dumps(s["messages"]) for s in flat_only.samples if s["kind"] == "exec"}
     assert all(json.dumps(s["messages"]) in flat_prompts for s in flat_exec)
     assert len(half.samples) == len(none.samples)  # rendered differently, not added
@@ -302,7 +302,7 @@ def test_skip_forced_drops_only_the_steps_constrained_decoding_takes_unasked(kno
     from talentrl_core.sft import forced
 
     k, _ = knowledge
-    cfg = SFTConfig(min_skill_share=0.0)
+    cfg = SFTConfig(flat_share=0.0, min_skill_share=0.0)
     every = build_sft_data(runs, k, cfg)
     chosen = build_sft_data(runs, k, dataclasses.replace(cfg, skip_forced=True))
     n_forced = sum(1 for t in runs if t.success for s in t.steps
@@ -418,7 +418,7 @@ def test_the_router_sees_the_first_observation_when_asked(forks, knowledge, runs
     assert "Obs:" not in policy.seen[0][-1]["content"]
     # SFT's routing samples: the same view of each trajectory's first observation
     k, _ = knowledge
-    cfg = SFTConfig(min_skill_share=0.0)
+    cfg = SFTConfig(flat_share=0.0, min_skill_share=0.0)
     plain, seeing = build_sft_data(runs, k, cfg), build_sft_data(runs, k, cfg, routing_obs_chars=120)
     first = {t.task_id: t for t in runs}
     for a, b in zip([s for s in plain.samples if s["kind"] == "route"], [s for s in seeing.samples if s["kind"] == "route"]):

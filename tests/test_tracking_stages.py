@@ -3,6 +3,7 @@ assets, ``rl_checkpoint`` and ``flat_grpo_checkpoint``.
 
 Offline runs are read back from their ``run-*.wandb`` files (the records wandb would sync)."""
 
+import dataclasses
 import json
 import os
 import struct
@@ -12,7 +13,6 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from talentrl_core.stages import BUILT
 
 TINY = ["experiment=demo", "env.train_seeds=[1,6]", "collect.random_episodes=4", "collect.workers=1"]
 
@@ -112,7 +112,6 @@ def test_an_artifact_that_cannot_be_logged_is_a_warning(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------- stages
 
 
-@pytest.mark.skipif(not {"collect", "distill"} <= BUILT, reason="collect/distill not built")
 def test_collect_and_distill_track_runs_and_log_dataset_and_library(tmp_path, monkeypatch, session_cache):
     from pipeline.config import load_config
     from talentrl_core.stages import collect, distill
@@ -234,7 +233,7 @@ def test_rl_logs_its_model_on_the_run_the_stage_owns(monkeypatch, tmp_path):
     monkeypatch.setattr(stages, "_tracker", lambda cfg, stage: tracker)
     cfg = load_config(["experiment=demo", f"artifacts_dir={tmp_path}"])
     assert trainer.train_rl(cfg, None, None, "init", tmp_path / "x", tracker) == {"steps": 4} and not tracker.finished
-    meta = stages.rl(stages.flat_grpo_config(cfg))
+    meta = stages.rl(dataclasses.replace(cfg, rl=cfg.rl.as_flat_baseline()))
     assert tracker.artifacts == [("demo-model-flat_grpo", "model", [str(tmp_path / "models" / "flat_grpo")])]
     assert tracker.finished == [0] and meta["wandb_run_id"] == "r" and meta["steps"] == 4
 

@@ -13,9 +13,9 @@ import pytest
 from talentrl_core.config import EnvConfig, EnvName
 from talentrl_core.envs import make_family
 from talentrl_core.envs.base import INVALID_ACTION_OBS, Task
-from talentrl_core.envs.webshop import WebShopEnv, play_expert
-from talentrl_core.envs.webshop_data import CatalogueError, Product, SearchIndex, goal_key, load_catalogue
-from talentrl_core.envs.webshop_reward import name_nouns, purchase_reward
+from talentrl_core.envs.webshop.data import CatalogueError, Product, SearchIndex, goal_key, load_catalogue
+from talentrl_core.envs.webshop.env import WebShopEnv, play_expert
+from talentrl_core.envs.webshop.reward import name_nouns, purchase_reward
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,7 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
+
+from .syntax import action_tag, parse_action
+
+if TYPE_CHECKING:
+    from ..config import EnvConfig
 
 INVALID_ACTION_OBS = "Invalid action: write exactly one <action>...</action> with an admissible command."
 
@@ -81,7 +87,7 @@ class Env(Protocol):
 
 
 class EnvFamily(Protocol):
-    """Lists tasks and makes env instances for one family."""
+    """Lists tasks and makes env instances for one family. Families subclass it to inherit ``prepare``."""
 
     name: str
 
@@ -91,3 +97,56 @@ class EnvFamily(Protocol):
     def make(self) -> Env: ...
 
     def task_types(self) -> list[str]: ...
+
+    def prepare(self, tasks: Sequence[Task], workers: int = 1, progress: bool = True) -> dict[str, float]:
+        """Build what ``tasks`` need before their episodes run (TextWorld generates missing games in parallel);
+        returns seconds per built item. Nothing to build by default."""
+        return {}
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """Everything the pipeline knows about one family, in one place (``envs/registry.py`` lists them): nothing
+    outside ``envs/`` branches on a family's name."""
+
+    name: str
+    "The ``EnvName`` value."
+    factory: Callable[["EnvConfig", Path], EnvFamily]
+    "``(env config, cache dir) → family``; imports the family's dependencies only when called."
+    rule: str
+    "The system rule of every policy prompt (``prompts.rule_for``)."
+    description: str
+    "What the teacher distiller is told about the environment (``library.distill_teacher``)."
+    panels: Mapping[str, str] = field(default_factory=dict)
+    "Evaluation panels of fixed names: panel → split (``evaluation.runner.panel_env``)."
+    panel_prefix: str = ""
+    "Panels named ``<prefix><split>`` (e.g. ``qa_<set>``); empty: only ``panels``."
+    panel_help: tuple[str, ...] = ()
+    "How the panels are named, for the error on an unknown panel."
+    parse: Callable[[str], Optional[str]] = parse_action
+    "Completion → action text (None: unparseable)."
+    wrap: Callable[[str], str] = action_tag
+    "Expert action → the completion that writes it (SFT labels, after an optional ``<think>``)."
+    template: Optional[Callable[[str], str]] = None
+    "Normalised command → its abstract template, for families with their own action syntax; None: the generic "
+    "verb/preposition templates of ``library.templates``."
+    recep_verbs: frozenset = frozenset()
+    "Generic templates: verbs whose object is a receptacle (``go to {recep}``, ALFWorld's ``open {recep}``)."
+    with_recep_verbs: frozenset = frozenset()
+    "Generic templates: verbs whose ``with`` phrase is a receptacle (ALFWorld's ``heat {obj} with {recep}``)."
+    data_fields: tuple[str, ...] = ()
+    "``EnvConfig`` fields naming the family's data files: a panel of this family run from another family's config "
+    "keeps them."
+    strategies: Optional[str] = None
+    "Module whose import registers the family's strategy experts (``envs.strategies``); None: none."
+    reports_score: bool = False
+    "Return rule: every family's return is the sum of its step rewards (invalid penalties included); a family "
+    "that reports a score (mean final reward x 100, WebShop) shows it beside the success rate."
+
+    def panel_split(self, panel: str) -> Optional[str]:
+        """The split of ``panel`` when it is one of this family's panels, else None."""
+        if panel in self.panels:
+            return self.panels[panel]
+        if self.panel_prefix and panel.startswith(self.panel_prefix):
+            return panel[len(self.panel_prefix):]
+        return None

@@ -10,8 +10,8 @@ the measured strategy × task-family success matrix then says which talent is be
 A strategy sees only what the agent sees (``EpisodeView``: goal, observations, admissible commands, its
 own past actions), never the game's internals, so what it does is imitable from the prompt.
 
-One registry for every family: ``STRATEGY_MODULES`` names the module that registers a family's
-strategies; it is imported on first use, so asking for ALFWorld's strategies never imports TextWorld.
+One registry for every family: the family's ``FamilySpec.strategies`` (``envs/registry.py``) names the module that
+registers its strategies; it is imported on first use, so asking for ALFWorld's strategies never imports TextWorld.
 """
 
 from __future__ import annotations
@@ -19,13 +19,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Optional
-
-STRATEGY_MODULES: dict[str, str] = {
-    "textworld": "talentrl_core.envs.textworld_strategies",
-    "alfworld": "talentrl_core.envs.alfworld_strategies",
-}
-"Family name → module whose import registers that family's strategies."
-
 
 @dataclass(frozen=True)
 class EpisodeView:
@@ -63,7 +56,10 @@ def register(strategy: Strategy) -> Strategy:
 
 def strategies(family: str) -> list[Strategy]:
     """Every strategy registered for ``family`` (empty when the family has none)."""
-    module = STRATEGY_MODULES.get(family)
+    from .registry import FAMILIES
+
+    spec = FAMILIES.get(str(family))
+    module = spec.strategies if spec is not None else None
     if module is not None and family not in _REGISTRY:
         importlib.import_module(module)
     return list(_REGISTRY.get(family, {}).values())

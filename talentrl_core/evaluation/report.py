@@ -46,16 +46,13 @@ from .headline import headline, rl_curves_csv
 from .schema import check as check_schema
 from .plots import plot_confusion, plot_rl_curves, plot_success_by_panel, plot_success_by_task_type, save_png
 from .talent_effect import plot_strategy_matrix, talent_section, verdicts
+from ..systems import HEADLINE_PAIRS, PAIRED_COMPARISONS, SYSTEMS
 from .stats import avg_at_k, bootstrap_ci, intervals_overlap, paired_counts, wilson_ci
 
 SCHEMA_VERSION = 1
 
-SYSTEM_ORDER = ["zero_shot", "flat_skillbank", "random_talent", "oracle_talent", "talent_sft", "flat_grpo", "talentrl"]
-"Table and plot order of the known systems (EvalConfig); others follow alphabetically."
-
-PAIRED_COMPARISONS = [("talent_sft", "zero_shot"), ("talent_sft", "flat_skillbank"), ("oracle_talent", "random_talent"),
-                      ("talentrl", "talent_sft"), ("talentrl", "flat_grpo"), ("flat_grpo", "talent_sft")]
-"(A, B) pairs the report tests on the same tasks: each claim of the method against its baseline."
+SYSTEM_ORDER = list(SYSTEMS)
+"Table and plot order of the known systems (``systems.SYSTEMS``); others follow alphabetically."
 
 
 @dataclass
@@ -400,11 +397,6 @@ def notes_section(metrics: Mapping, systems: list[str], panels: list[str]) -> li
             line += f" Systems were evaluated on different numbers of episodes ({ns})."
         out.append(line)
     return out
-
-
-HEADLINE_PAIRS = [("talentrl", "flat_grpo"), ("talentrl", "talent_sft"), ("talent_sft", "flat_skillbank"),
-                  ("oracle_talent", "random_talent")]
-"The main comparisons, in order: a report's headline shows, per panel, the first two whose systems both ran."
 
 
 def _figure(b: Mapping) -> str:

@@ -1,15 +1,6 @@
 """Run every system on fixed task panels and write the report (DESIGN.md §6, issue 5).
 
-Systems (one table, each a (checkpoint, routing, retrieval) triple):
-
-    zero_shot       base model (before SFT), no talent, no skills
-    flat_skillbank  talent-SFT checkpoint, no talent, flat retrieval (λ = 0) — the SkillBank baseline (``sft.flat_share``
-                    of the SFT trajectories were rendered this way, so its prompts are ones the checkpoint was trained on)
-    random_talent   talent-SFT checkpoint, a seeded random talent per task
-    oracle_talent   talent-SFT checkpoint, the oracle talent of the task (distillation label)
-    talent_sft      talent-SFT checkpoint, the policy routes
-    flat_grpo       flat-skill GRPO checkpoint, flat retrieval
-    talentrl        TalentRL checkpoint (routing + execution RL), the policy routes
+Systems: ``systems.SYSTEMS`` (one table, each a (checkpoint, routing, retrieval) triple).
 
 Writes ``metrics.json`` (with paired McNemar comparisons), ``report.md``, plots and ``episodes.jsonl`` (one
 line per episode) into ``artifacts/eval``.
@@ -27,40 +18,21 @@ import json
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..config import EnvConfig, EnvName, TalentRLConfig
+from ..config import EnvConfig, TalentRLConfig
+from ..envs.registry import FAMILIES, panel_family
 from ..io import read_json, write_text
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
 from .report import EpisodeResult, build_metrics, routing_confusion, training_summary, write_report
+from ..systems import CHECKPOINTS, RL_CHECKPOINTS, SYSTEMS
 from .talent_effect import matrix_from_labels, talent_metrics
 
 
-@dataclass(frozen=True)
-class SystemSpec:
-    checkpoint: str  # "base" | "sft" | "rl" | "flat_grpo"
-    routing: str
-    use_skills: bool
-    flat: bool
-
-
-SYSTEMS: dict[str, SystemSpec] = {
-    "zero_shot": SystemSpec("base", "none", False, True),
-    "flat_skillbank": SystemSpec("sft", "none", True, True),
-    "random_talent": SystemSpec("sft", "random", True, False),
-    "oracle_talent": SystemSpec("sft", "oracle", True, False),
-    "talent_sft": SystemSpec("sft", "policy", True, False),
-    "flat_grpo": SystemSpec("flat_grpo", "none", True, True),
-    "talentrl": SystemSpec("rl", "policy", True, False),
-}
-
-
 def checkpoint_path(paths: ArtifactPaths, which: str) -> Path:
-    return {"base": paths.base_model, "sft": paths.sft_checkpoint, "rl": paths.rl_checkpoint,
-            "flat_grpo": paths.flat_grpo_checkpoint}[which]
+    return getattr(paths, CHECKPOINTS[which])
 
 
 def system_checkpoint(cfg: TalentRLConfig, paths: ArtifactPaths, which: str) -> tuple[str, bool]:
@@ -75,24 +47,14 @@ def system_checkpoint(cfg: TalentRLConfig, paths: ArtifactPaths, which: str) -> 
 
 
 def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
-    """(env config, split) of a panel; the run's own env settings apply when the families match."""
-    if panel == "textworld":
-        name, split = EnvName.textworld, "eval"
-    elif panel.startswith("alfworld_"):
-        name, split = EnvName.alfworld, panel[len("alfworld_"):]
-    elif panel == "webshop":
-        name, split = EnvName.webshop, "test"
-    elif panel.startswith("qa_"):
-        name, split = EnvName.qa, panel[len("qa_"):]
-    else:
-        raise ValueError(f"unknown eval panel {panel!r}: use textworld, webshop, alfworld_valid_seen, alfworld_valid_unseen "
-                         f"or qa_<set>")
+    """(env config, split) of a panel (its family's ``FamilySpec.panels``, ``envs/registry.py``); the run's own env
+    settings apply when the families match."""
+    name, split = panel_family(panel)
     if cfg.env.name == name:
         return cfg.env, split
     e = EnvConfig.of_family(name, cache_dir=cfg.env.cache_dir)  # the family's own step budget, not the defaults
-    e.alfworld_archive = cfg.env.alfworld_archive
-    e.qa_train_file, e.corpus = cfg.env.qa_train_file, cfg.env.corpus
-    e.webshop_products, e.webshop_instructions = cfg.env.webshop_products, cfg.env.webshop_instructions
+    for field_name in (f for spec in FAMILIES.values() for f in spec.data_fields):  # every family's data files
+        setattr(e, field_name, getattr(cfg.env, field_name))
     return e, split
 
 
@@ -102,7 +64,7 @@ def rl_histories(paths: ArtifactPaths, systems) -> dict[str, list[dict]]:
     for system in systems:
         spec = SYSTEMS[system]
         meta = checkpoint_path(paths, spec.checkpoint) / "talentrl_meta.json"
-        if spec.checkpoint in ("rl", "flat_grpo") and meta.exists():
+        if spec.checkpoint in RL_CHECKPOINTS and meta.exists():
             out[system] = list(read_json(meta).get("history") or [])
     return out
 
@@ -148,8 +110,7 @@ def open_panel(cfg: TalentRLConfig, panel: str, progress: bool):
     env_cfg, split = panel_env(cfg, panel)
     family = make_family(env_cfg, Path(env_cfg.cache_dir))
     tasks = family.tasks(split, cfg.eval.panel_size(panel), cfg.eval.seed)
-    if hasattr(family, "prepare"):
-        family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=progress)
+    family.prepare(tasks, workers=max(1, cfg.collect.workers), progress=progress)
     settings = RolloutSettings.of(env_cfg, run_id=f"eval-{panel}", split=split)
     return family, tasks, settings
 

@@ -31,8 +31,9 @@ import numpy as np
 
 from .markdown import md_table
 from .stats import paired_counts
+from ..systems import PROMOTION_PAIR
 
-ROUTING_PAIRS = (("talentrl", "talent_sft"),)
+ROUTING_PAIRS = (PROMOTION_PAIR,)
 "Routing systems compared task by task on routing to the measured best talent (``metrics.talents.routing_paired``)."
 
 
@@ -154,87 +155,100 @@ def _verdict(ok: bool, what: str, criterion: str) -> str:
     return f"- {what} — {'met' if ok else 'not met'} (criterion: {criterion})."
 
 
-def _oracle_vs_random(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
-    o, r = S.get("oracle_talent", {}).get(panel), S.get("random_talent", {}).get(panel)
-    c = paired.get("oracle_talent vs random_talent")
-    if not (o and r and c):
-        return None
-    gap = o["success"] - r["success"]
-    return _verdict(gap >= 0.10 and c["p_mcnemar"] < 0.01,
-                    f"oracle vs random talent: {gap:+.3f} success, {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f}",
-                    "≥ +0.10 with p < 0.01")
+def gap_at_least(a: str, b: str, min_gap: float, max_p: float, label: str = ""):
+    """Criterion: ``a``'s success exceeds ``b``'s by at least ``min_gap`` on the panel, paired McNemar p < ``max_p``
+    (the line names the pair ``label``, by default ``a vs b``)."""
+    def verdict(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+        x, y, c = S.get(a, {}).get(panel), S.get(b, {}).get(panel), paired.get(f"{a} vs {b}")
+        if not (x and y and c):
+            return None
+        gap = x["success"] - y["success"]
+        return _verdict(gap >= min_gap and c["p_mcnemar"] < max_p,
+                        f"{label or f'{a} vs {b}'}: {gap:+.3f} success, {c['a_only']}:{c['b_only']} "
+                        f"discordant, p = {c['p_mcnemar']:.4f}", f"≥ {min_gap:+.2f} with p < {max_p:g}")
+    return verdict
 
 
-def _ahead(pair: str, criterion: str):
-    """A verdict that the pair's first system solved more of the shared tasks, paired p < 0.05."""
+def ahead(a: str, b: str, max_p: float = 0.05):
+    """Criterion: ``a`` solved more of the tasks the two systems disagree on, paired McNemar p < ``max_p``."""
+    pair = f"{a} vs {b}"
+
     def verdict(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
         c = paired.get(pair)
         if not c:
             return None
-        return _verdict(c["a_only"] > c["b_only"] and c["p_mcnemar"] < 0.05,
-                        f"{pair}: {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f}", criterion)
+        return _verdict(c["a_only"] > c["b_only"] and c["p_mcnemar"] < max_p,
+                        f"{pair}: {c['a_only']}:{c['b_only']} discordant, p = {c['p_mcnemar']:.4f}", f"{a} ahead with p < {max_p:g}")
     return verdict
 
 
-def _intervals_apart(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
-    a, b = S.get("talentrl", {}).get(panel), S.get("talent_sft", {}).get(panel)
-    if not (a and b):
-        return None
-    return _verdict(a["ci95"][0] > b["ci95"][1],
-                    f"talentrl {a['success']:.3f} [{a['ci95'][0]:.3f}, {a['ci95'][1]:.3f}] vs talent_sft "
-                    f"{b['success']:.3f} [{b['ci95'][0]:.3f}, {b['ci95'][1]:.3f}]",
-                    "talentrl's 95% interval above talent_sft's")
+def intervals_apart(a: str, b: str):
+    """Criterion: ``a``'s 95% interval lies above ``b``'s."""
+    def verdict(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+        x, y = S.get(a, {}).get(panel), S.get(b, {}).get(panel)
+        if not (x and y):
+            return None
+        return _verdict(x["ci95"][0] > y["ci95"][1],
+                        f"{a} {x['success']:.3f} [{x['ci95'][0]:.3f}, {x['ci95'][1]:.3f}] vs {b} "
+                        f"{y['success']:.3f} [{y['ci95'][0]:.3f}, {y['ci95'][1]:.3f}]", f"{a}'s 95% interval above {b}'s")
+    return verdict
 
 
-def _routes_better(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
-    routing = tal.get("routing") or {}
-    a, b = (routing.get(s, {}).get(panel) for s in ("talentrl", "talent_sft"))
-    if not (a and b):
-        return None
-    c = (tal.get("routing_paired") or {}).get(panel, {}).get("talentrl vs talent_sft")
-    ok = a["accuracy"] > b["accuracy"] and a["regret"] < b["regret"]
-    what = (f"routing accuracy talentrl {a['accuracy']:.3f} vs talent_sft {b['accuracy']:.3f}, regret "
-            f"{a['regret']:.3f} vs {b['regret']:.3f}")
-    if c is None:  # a metrics.json from before the paired routing counts
-        return _verdict(ok, what, "talentrl's accuracy higher and its regret lower")
-    return _verdict(ok and c["a_only"] > c["b_only"] and c["p_mcnemar"] < 0.05,
-                    f"{what}; tasks routed to the best talent by one only {c['a_only']}:{c['b_only']}, "
-                    f"p = {c['p_mcnemar']:.4f}", "talentrl's accuracy higher and its regret lower, paired p < 0.05")
+def routes_better(a: str, b: str, max_p: float = 0.05):
+    """Criterion: ``a`` routes to the measured best talent more often and with less regret than ``b``, paired p <
+    ``max_p`` (without paired routing counts, as in an older metrics.json: accuracy and regret only)."""
+    def verdict(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+        routing = tal.get("routing") or {}
+        x, y = (routing.get(s, {}).get(panel) for s in (a, b))
+        if not (x and y):
+            return None
+        c = (tal.get("routing_paired") or {}).get(panel, {}).get(f"{a} vs {b}")
+        ok = x["accuracy"] > y["accuracy"] and x["regret"] < y["regret"]
+        what = (f"routing accuracy {a} {x['accuracy']:.3f} vs {b} {y['accuracy']:.3f}, regret "
+                f"{x['regret']:.3f} vs {y['regret']:.3f}")
+        if c is None:
+            return _verdict(ok, what, f"{a}'s accuracy higher and its regret lower")
+        return _verdict(ok and c["a_only"] > c["b_only"] and c["p_mcnemar"] < max_p,
+                        f"{what}; tasks routed to the best talent by one only {c['a_only']}:{c['b_only']}, "
+                        f"p = {c['p_mcnemar']:.4f}", f"{a}'s accuracy higher and its regret lower, paired p < {max_p:g}")
+    return verdict
 
 
-def _divergence(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
-    t = training.get("talentrl") or {}
-    if "divergence_mean" not in t:
-        return None
-    return _verdict(t["divergence_mean"] >= 0.5, "TalentRL arm divergence (seed-matched rollouts whose actions differ "
-                    f"between talent arms): {t['divergence_mean']:.2f}", "≥ 0.5")
+def training_at_least(system: str, key: str, minimum: float, describe):
+    """Criterion on ``system``'s training summary: ``value(key) >= minimum``; ``describe(t)`` gives (figure text,
+    criterion text). A key ending in ``_zero_share`` is read as its complement (the non-zero share)."""
+    def verdict(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
+        t = training.get(system) or {}
+        if key not in t:
+            return None
+        value = 1 - t[key] if key.endswith("_zero_share") else t[key]
+        return _verdict(value >= minimum, *describe(t))
+    return verdict
 
 
-def _contrast(S: Mapping, paired: Mapping, tal: Mapping, training: Mapping, panel: str) -> Optional[str]:
-    t = training.get("talentrl") or {}
-    if "contrast_zero_share" not in t:
-        return None
-    return _verdict(1 - t["contrast_zero_share"] >= 0.75,
-                    f"routing contrast non-zero in {_pct(1 - t['contrast_zero_share'])} of updates", "≥ 75%")
-
-
+RL_SYSTEM, SFT_SYSTEM = PROMOTION_PAIR
 VERDICTS = (
-    _oracle_vs_random,
-    _ahead("talent_sft vs flat_skillbank", "talent_sft ahead with p < 0.05"),
-    _divergence,
-    _contrast,
-    _routes_better,
-    _intervals_apart,
-    _ahead("talentrl vs flat_grpo", "talentrl ahead with p < 0.05 on this seed; the issue pools three RL seeds"),
+    gap_at_least("oracle_talent", "random_talent", 0.10, 0.01, "oracle vs random talent"),
+    ahead("talent_sft", "flat_skillbank"),
+    training_at_least(RL_SYSTEM, "divergence_mean", 0.5, lambda t: (
+        "TalentRL arm divergence (seed-matched rollouts whose actions differ between talent arms): "
+        f"{t['divergence_mean']:.2f}", "≥ 0.5")),
+    training_at_least(RL_SYSTEM, "contrast_zero_share", 0.75, lambda t: (
+        f"routing contrast non-zero in {_pct(1 - t['contrast_zero_share'])} of updates", "≥ 75%")),
+    routes_better(RL_SYSTEM, SFT_SYSTEM),
+    intervals_apart(RL_SYSTEM, SFT_SYSTEM),
+    ahead(RL_SYSTEM, "flat_grpo"),
 )
-"The talent criteria of issue 14, in the report's order; each returns its line, or None where its systems did not run."
+"""The criteria the report states per panel, in its order; each returns its line (the figure, met or not, the
+criterion), or None where its systems did not run. Built from the generic criteria above: an experiment with other
+bars or pairs passes its own tuple to ``verdicts``."""
 
 
-def verdicts(metrics: Mapping, panel: str) -> list[str]:
-    """The talent criteria on this panel, each with its measured figure."""
+def verdicts(metrics: Mapping, panel: str, criteria: Sequence = VERDICTS) -> list[str]:
+    """The criteria on this panel, each with its measured figure."""
     args = (metrics["systems"], (metrics.get("paired") or {}).get(panel, {}), metrics.get("talents") or {},
             metrics.get("training") or {}, panel)
-    return [line for line in (v(*args) for v in VERDICTS) if line]
+    return [line for line in (v(*args) for v in criteria) if line]
 
 
 def talent_section(metrics: Mapping) -> list[str]:
@@ -261,7 +275,7 @@ def talent_section(metrics: Mapping) -> list[str]:
             out += ["Routing against the measured best talent (regret: the matrix success the choice gives up; "
                     f"confidence: the mean probability the router gave its choice, and the share of tasks it chose with "
                     f"p < {UNDECIDED}). RL's routing contrasts move a router near its boundary; one sure of every task "
-                    "they barely move (docs/talents.md §11).", "",
+                    "they barely move.", "",
                     md_table(["system", "accuracy", "regret", "confidence / undecided", "n", "chosen talents per task type"], rows), ""]
         out += verdicts(metrics, panel) + [""]
     return out

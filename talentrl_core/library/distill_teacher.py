@@ -25,6 +25,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ..config import LibraryConfig
+from ..envs.registry import FAMILIES
 from ..trajectories import Trajectory
 from .common import MAX_SOURCES, cut, goal_of, kind_counts, merge_near_duplicates, oracle_labels, usable
 from .distill_offline import DistillResult, mistake_links
@@ -90,16 +91,13 @@ def extract_json(text: str) -> dict:
     return obj
 
 
-ENV_DESC = {
-    "alfworld": "ALFWorld household tasks in text; commands look like 'go to desk 1', 'open drawer 2', "
-    "'take apple 1 from desk 1', 'move apple 1 to shelf 1', 'heat/cool/clean X with Y', 'use desklamp 1'.",
-    "textworld": "TextWorld text-adventure games; commands look like 'go east', 'open door', 'take coin', "
-    "'unlock door with key', 'put X on Y'.",
-    "webshop": "WebShop online shopping; the agent writes search[query] on the search page, then clicks buttons: "
-    "click[<product id>], click[next >], click[<option value>], click[buy now].",
-    "qa": "search-augmented question answering; the agent writes <search>query</search> to get passages "
-    "and finishes with <answer>short answer</answer>.",
-}
+def env_description(env: str) -> str:
+    """What the teacher is told about ``env``: its family's ``FamilySpec.description`` (the name itself when no family
+    registers it)."""
+    spec = FAMILIES.get(str(env))
+    return spec.description if spec is not None else env
+
+
 SYSTEM = (
     "You distil reusable know-how for an LLM agent from its past episodes. Write skills that transfer to new "
     "episodes: use placeholders such as {obj} and {recep} instead of specific entity names. Reply with one "
@@ -131,7 +129,7 @@ def _messages(user: str) -> list[dict]:
 def general_prompt(env: str, shown: Sequence[Trajectory]) -> list[dict]:
     types = ", ".join(sorted({t.task_type for t in shown}))
     return _messages(
-        f"Environment: {ENV_DESC.get(env, env)}\nTask types: {types}\n\nSuccessful episodes:\n"
+        f"Environment: {env_description(env)}\nTask types: {types}\n\nSuccessful episodes:\n"
         + "\n".join(summarise(t) for t in shown)
         + f"\n\nWrite 3-8 GENERAL skills: procedures that help in every task type of this environment.\nJSON: {SKILL_SCHEMA}"
     )
@@ -139,7 +137,7 @@ def general_prompt(env: str, shown: Sequence[Trajectory]) -> list[dict]:
 
 def specific_prompt(env: str, task_type: str, shown: Sequence[Trajectory]) -> list[dict]:
     return _messages(
-        f"Environment: {ENV_DESC.get(env, env)}\nTask type: {task_type}\n\nSuccessful episodes:\n"
+        f"Environment: {env_description(env)}\nTask type: {task_type}\n\nSuccessful episodes:\n"
         + "\n".join(summarise(t) for t in shown)
         + f"\n\nWrite 2-6 TASK-SPECIFIC skills for {task_type} tasks: the procedures that made these episodes succeed.\nJSON: {SKILL_SCHEMA}"
     )
@@ -148,7 +146,7 @@ def specific_prompt(env: str, task_type: str, shown: Sequence[Trajectory]) -> li
 def mistakes_prompt(env: str, task_type: str, failures: Sequence[Trajectory], successes: Sequence[Trajectory]) -> list[dict]:
     contrast = ("\n\nSuccessful episodes for contrast:\n" + "\n".join(summarise(t) for t in successes)) if successes else ""
     return _messages(
-        f"Environment: {ENV_DESC.get(env, env)}\nTask type: {task_type}\n\nFailed episodes:\n"
+        f"Environment: {env_description(env)}\nTask type: {task_type}\n\nFailed episodes:\n"
         + "\n".join(summarise(t) for t in failures) + contrast
         + "\n\nWrite 1-5 MISTAKES to avoid in these tasks: the title names the mistake, the principle says how to "
         f"avoid it, when_to_apply says when it tends to happen.\nJSON: {SKILL_SCHEMA}"
@@ -158,7 +156,7 @@ def mistakes_prompt(env: str, task_type: str, failures: Sequence[Trajectory], su
 def talents_prompt(env: str, skills: Sequence[SkillRecord], task_types: Sequence[str]) -> list[dict]:
     lines = [f"{s.skill_id} [{s.kind}] ({', '.join(s.task_types)}): {s.title}" for s in skills]
     return _messages(
-        f"Environment: {ENV_DESC.get(env, env)}\nTask types: {', '.join(task_types)}\n\nSkills (id [kind] (task types): title):\n"
+        f"Environment: {env_description(env)}\nTask types: {', '.join(task_types)}\n\nSkills (id [kind] (task types): title):\n"
         + "\n".join(lines)
         + "\n\nGroup these skills into 2-6 TALENTS: named high-level strategies an agent chooses before it starts a "
         "task. Each talent lists the skills it relies on by id, with a weight in [0, 1] (1 = essential).\n"

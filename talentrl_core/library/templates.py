@@ -10,6 +10,9 @@ Entity names become placeholders so that trajectories of different games share p
   ``click[b07…]`` → ``click[{product}]``; any other click chooses an option → ``click[{option}]``.
 * QA (Search-R1 protocol): ``<search>…</search>`` → ``search {query}``; ``<answer>…</answer>`` → ``answer``.
 
+The per-family parts come from the family's ``FamilySpec`` (``envs/registry.py``): its own ``template`` (WebShop,
+QA), or the verbs whose object is a receptacle for the generic verb/preposition templates (ALFWorld).
+
 An invalid step (``valid=False``: unparseable or inadmissible) is ``(invalid command)``. A run of equal
 templates collapses to one step, marked ``[repeated]`` (different commands, e.g. visiting several
 receptacles) or ``[same command repeated]`` (the identical command again: a loop).
@@ -17,10 +20,11 @@ receptacles) or ``[same command repeated]`` (the identical command again: a loop
 
 from __future__ import annotations
 
-import re
 from typing import Iterable, Optional, Sequence
 
-INVALID = "(invalid command)"
+from ..envs.registry import FAMILIES
+from ..envs.syntax import INVALID
+
 REPEATED = " [repeated]"
 SAME_REPEATED = " [same command repeated]"
 "Routing steps are stored with action ``talent:<id>``; they are not environment actions."
@@ -28,31 +32,16 @@ SAME_REPEATED = " [same command repeated]"
 DIRECTIONS = {"north", "south", "east", "west", "up", "down", "northeast", "northwest", "southeast", "southwest"}
 FIXED = {"look", "inventory", "help", "wait", "prepare meal", "score", "goal"}
 PREPOSITIONS = ("from", "into", "onto", "in", "on", "to", "with", "under")
-_ALF_RECEP_VERBS = {"go", "open", "close"}
-_ALF_WITH_RECEP = {"heat", "cool", "clean"}
-_WEBSHOP_BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
-_ASIN = re.compile(r"^b[0-9a-z]{9}$")
-_QA_RE = re.compile(r"^\s*<(search|answer)>(.*?)</\1>\s*$", re.S)
+_NO_SLOTS: tuple[frozenset, frozenset] = (frozenset(), frozenset())
 
 
-def _slot(env: str, verb: str, prep: Optional[str]) -> str:
+def _slot(slots: tuple[frozenset, frozenset], verb: str, prep: Optional[str]) -> str:
+    """The placeholder of a phrase: ``slots`` are the family's (receptacle verbs, ``with``-receptacle verbs)."""
     if prep is None:
-        return "recep" if env == "alfworld" and verb in _ALF_RECEP_VERBS else "obj"
+        return "recep" if verb in slots[0] else "obj"
     if prep == "with":
-        return "recep" if env == "alfworld" and verb in _ALF_WITH_RECEP else "tool"
+        return "recep" if verb in slots[1] else "tool"
     return "recep"
-
-
-def _webshop_template(a: str) -> str:
-    m = re.match(r"^(search|click)\[(.*)\]$", a)
-    if not m:
-        return INVALID
-    if m.group(1) == "search":
-        return "search[{query}]"
-    target = m.group(2).strip()
-    if target in _WEBSHOP_BUTTONS:
-        return f"click[{target}]"
-    return "click[{product}]" if _ASIN.match(target) else "click[{option}]"
 
 
 def abstract_action(env: str, action: Optional[str], valid: bool = True) -> str:
@@ -80,16 +69,10 @@ def abstract_action(env: str, action: Optional[str], valid: bool = True) -> str:
     if not valid or not action or not action.strip():
         return INVALID
     a = " ".join(action.split()).lower()
-    if env == "webshop":
-        return _webshop_template(a)
-    if env == "qa":
-        m = _QA_RE.match(a)
-        kind = m.group(1) if m else (a.split()[0].rstrip(":") if a.split()[0].rstrip(":") in ("search", "answer") else None)
-        if kind == "search":
-            return "search {query}"
-        if kind == "answer":
-            return "answer"
-        return INVALID
+    spec = FAMILIES.get(str(env))
+    if spec is not None and spec.template is not None:  # a family with its own action syntax (WebShop, QA)
+        return spec.template(a)
+    slots = (spec.recep_verbs, spec.with_recep_verbs) if spec is not None else _NO_SLOTS
     if a in FIXED:
         return a
     words = a.split()
@@ -105,13 +88,13 @@ def abstract_action(env: str, action: Optional[str], valid: bool = True) -> str:
     phrase: list[str] = []
     for w in words[1:]:
         if w in PREPOSITIONS and phrase:
-            out.append("{" + _slot(env, verb, prep) + "}")
+            out.append("{" + _slot(slots, verb, prep) + "}")
             out.append(w)
             prep, phrase = w, []
         else:
             phrase.append(w)
     if phrase:
-        out.append("{" + _slot(env, verb, prep) + "}")
+        out.append("{" + _slot(slots, verb, prep) + "}")
     return " ".join(out)
 
 

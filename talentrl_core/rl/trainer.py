@@ -161,7 +161,7 @@ class RLTrainer:
         idx = rng.sample(range(len(self.pool)), n) if n <= len(self.pool) else [rng.randrange(len(self.pool)) for _ in range(n)]
         self.step_all_tasks = [self.pool[i] for i in idx]
         mine = [(g, self.pool[i]) for g, i in enumerate(idx) if g % self.world == self.acc.process_index]
-        if hasattr(self.family, "prepare") and mine:  # TextWorld: generate games missing from the cache
+        if mine:  # EnvFamily.prepare (TextWorld: generate games missing from the cache; a no-op elsewhere)
             self.family.prepare([t for _, t in mine], workers=1, progress=False)
         return mine
 

@@ -1,7 +1,7 @@
 """WebShop in text mode (DESIGN.md §2 protocol): search, browse, choose options, buy.
 
 Pages and actions as in WebShop's ``WebAgentTextEnv`` with ``observation_mode='text'`` (``[SEP]``-joined
-visible text), pure Python over the 1,000-product catalogue (``webshop_data``):
+visible text), pure Python over the 1,000-product catalogue (``webshop.data``):
 
 - search page → ``search[query]`` (an open action: ``admissible_actions`` is None there, the policy writes the
   query);
@@ -11,7 +11,7 @@ visible text), pure Python over the 1,000-product catalogue (``webshop_data``):
   ``click[buy now]``, ``click[< prev]``, ``click[back to search]``; the sub-pages go back with ``click[< prev]``.
 
 Clicks are case-insensitive (WebShop lower-cases them). Buying ends the episode with WebShop's reward
-(``webshop_reward``); success is a reward of 1.0. An action that is not available on the page is invalid:
+(``webshop.reward``); success is a reward of 1.0. An action that is not available on the page is invalid:
 the env says so, shows the page again and nothing changes.
 """
 
@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..config import EnvConfig
-from .base import INVALID_ACTION_OBS, StepResult, Task
-from .webshop_data import (
+from ...config import EnvConfig
+from ..base import INVALID_ACTION_OBS, EnvFamily, StepResult, Task
+from .data import (
     Product,
     SearchIndex,
     catalogue_fingerprint,
@@ -37,7 +37,7 @@ from .webshop_data import (
     split_goals,
     synthetic_goals,
 )
-from .webshop_reward import purchase_reward
+from .reward import purchase_reward
 
 FAMILY = "webshop"
 PER_PAGE = 10
@@ -284,7 +284,7 @@ class WebShopEnv:
         return StepResult(obs, float(r["reward"]), True, won, {"valid": True, "purchase": {"asin": p.asin, **r}})
 
 
-class WebShopFamily:
+class WebShopFamily(EnvFamily):
     """WebShop's synthetic goals of the small setting, split into ``test`` (500) and ``train``."""
 
     name = FAMILY

@@ -27,7 +27,7 @@ from typing import Iterable, Optional
 
 from rapidfuzz import fuzz
 
-from .webshop_data import Product
+from .data import Product
 
 FUZZY_THRESHOLD = 85
 COLOR_SET = (

@@ -1,0 +1,28 @@
+"""ALFWorld's registry entry (``envs/registry.py``): cheap to import, the family is loaded by ``factory``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..base import FamilySpec
+
+
+def _factory(cfg, cache_dir: Path):
+    from .family import AlfworldFamily
+
+    return AlfworldFamily(cfg, cache_dir)
+
+
+SPEC = FamilySpec(
+    name="alfworld",
+    factory=_factory,
+    rule="You are a household agent. Reply with <think>brief plan</think><action>one admissible command</action>.",
+    description="ALFWorld household tasks in text; commands look like 'go to desk 1', 'open drawer 2', "
+    "'take apple 1 from desk 1', 'move apple 1 to shelf 1', 'heat/cool/clean X with Y', 'use desklamp 1'.",
+    panel_prefix="alfworld_",
+    panel_help=("alfworld_valid_seen", "alfworld_valid_unseen"),
+    recep_verbs=frozenset({"go", "open", "close"}),
+    with_recep_verbs=frozenset({"heat", "cool", "clean"}),
+    data_fields=("alfworld_archive",),
+    strategies="talentrl_core.envs.alfworld.strategies",
+)

@@ -1,0 +1,51 @@
+"""WebShop's registry entry (``envs/registry.py``): cheap to import, the family is loaded by ``factory``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..base import FamilySpec
+from ..syntax import INVALID
+
+_BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
+_ASIN = re.compile(r"^b[0-9a-z]{9}$")
+
+
+def _factory(cfg, cache_dir: Path):
+    from .env import WebShopFamily
+
+    return WebShopFamily(cfg, cache_dir)
+
+
+def action_template(a: str) -> str:
+    """The template of a normalised (lower-cased, single-spaced) command: ``search[{query}]``, a page button as it
+    is, ``click[{product}]`` for an ASIN, ``click[{option}]`` for any other click.
+
+    >>> action_template("search[red shoes]"), action_template("click[b07xyz1234]"), action_template("click[x-large]")
+    ('search[{query}]', 'click[{product}]', 'click[{option}]')
+    """
+    m = re.match(r"^(search|click)\[(.*)\]$", a)
+    if not m:
+        return INVALID
+    if m.group(1) == "search":
+        return "search[{query}]"
+    target = m.group(2).strip()
+    if target in _BUTTONS:
+        return f"click[{target}]"
+    return "click[{product}]" if _ASIN.match(target) else "click[{option}]"
+
+
+SPEC = FamilySpec(
+    name="webshop",
+    factory=_factory,
+    rule="You shop on a website for what the task asks. Reply with <think>brief plan</think><action>search[query] or "
+         "click[one admissible button]</action>.",
+    description="WebShop online shopping; the agent writes search[query] on the search page, then clicks buttons: "
+    "click[<product id>], click[next >], click[<option value>], click[buy now].",
+    panels={"webshop": "test"},
+    panel_help=("webshop",),
+    template=action_template,
+    data_fields=("webshop_products", "webshop_instructions"),
+    reports_score=True,
+)

@@ -19,6 +19,7 @@ import yaml
 from assets.dvc_hash import IGNORED, dir_md5, dvc_md5, file_md5
 from assets.stage_assets import GPU_OP_TAGS, output_of, output_of_asset
 from talentrl_core.stages import STAGES
+from tests.wandb_records import wandb_records
 
 ROOT = Path(__file__).resolve().parent.parent
 PY = sys.executable
@@ -493,28 +494,6 @@ def test_tracker_offline_disabled_and_redacted(tmp_path, monkeypatch):
     assert b"token_agg" in logged.read_bytes() and b"api_key" not in logged.read_bytes()
 
 
-def _wandb_records(run_file: Path) -> list:
-    """The protobuf records of an offline ``run-*.wandb`` file (a LevelDB-style log of 32 KiB blocks after a 7-byte
-    header)."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    b, pos, part, out = run_file.read_bytes(), 7, b"", []
-    while pos + 7 <= len(b):
-        if 32768 - pos % 32768 < 7:
-            pos += 32768 - pos % 32768
-            continue
-        _, n, kind = struct.unpack("<IHB", b[pos:pos + 7])
-        data, pos = b[pos + 7:pos + 7 + n], pos + 7 + n
-        part = data if kind in (1, 2) else part + data
-        if kind in (1, 4):
-            rec = pb.Record()
-            rec.ParseFromString(part)
-            out.append(rec)
-    return out
-
-
 def test_a_crashed_stage_marks_its_wandb_run_failed(tmp_path, monkeypatch):
     import talentrl_core.evaluation.runner as runner
     from pipeline.config import load_config
@@ -529,9 +508,9 @@ def test_a_crashed_stage_marks_its_wandb_run_failed(tmp_path, monkeypatch):
         evaluate(load_config([f"artifacts_dir={tmp_path}"]))
     [run_file] = tmp_path.glob("wandb/offline-run-*/run-*.wandb")
     deadline = time.time() + 60  # wandb's service may still be writing after finish() under load
-    while not any(r.HasField("exit") for r in _wandb_records(run_file)) and time.time() < deadline:
+    while not any(r.HasField("exit") for r in wandb_records(run_file)) and time.time() < deadline:
         time.sleep(0.5)
-    [exit_rec] = [r.exit for r in _wandb_records(run_file) if r.HasField("exit")]
+    [exit_rec] = [r.exit for r in wandb_records(run_file) if r.HasField("exit")]
     assert exit_rec.exit_code == 1
 
 

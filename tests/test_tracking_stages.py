@@ -6,34 +6,15 @@ Offline runs are read back from their ``run-*.wandb`` files (the records wandb w
 import dataclasses
 import json
 import os
-import struct
 import time
 from pathlib import Path
 
 import dagster as dg
 import pytest
 
+from tests.wandb_records import wandb_records
 
 TINY = ["experiment=demo", "env.train_seeds=[1,6]", "collect.random_episodes=4", "collect.workers=1"]
-
-
-def _records(run_file: Path) -> list:
-    """The protobuf records of an offline ``run-*.wandb`` file (LevelDB-style log of 32 KiB blocks, 7-byte header)."""
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    b, pos, part, out = run_file.read_bytes(), 7, b"", []
-    while pos + 7 <= len(b):
-        if 32768 - pos % 32768 < 7:
-            pos += 32768 - pos % 32768
-            continue
-        _, n, kind = struct.unpack("<IHB", b[pos:pos + 7])
-        data, pos = b[pos + 7:pos + 7 + n], pos + 7 + n
-        part = data if kind in (1, 2) else part + data
-        if kind in (1, 4):
-            rec = pb.Record()
-            rec.ParseFromString(part)
-            out.append(rec)
-    return out
 
 
 def _run(wandb_dir: Path, run_id: str, until=lambda recs: any(r.HasField("exit") for r in recs)) -> dict:
@@ -41,7 +22,7 @@ def _run(wandb_dir: Path, run_id: str, until=lambda recs: any(r.HasField("exit")
     for wandb's service to flush the file)."""
     [run_file] = wandb_dir.glob(f"wandb/offline-run-*-{run_id}/run-{run_id}.wandb")
     deadline = time.time() + 60
-    while not until(recs := _records(run_file)) and time.time() < deadline:
+    while not until(recs := wandb_records(run_file)) and time.time() < deadline:
         time.sleep(0.5)
     arts = {r.artifact.name: r.artifact for r in recs if r.HasField("artifact")}
     summary = {}

@@ -57,6 +57,11 @@ def _as_list(golden_answers: Golden) -> list[str]:
     return [g for g in golden_answers if isinstance(g, str)]
 
 
+def _normalized(prediction: Optional[str]) -> str:
+    """The normalised prediction; "" for none or one that normalises away (which never scores)."""
+    return normalize_answer(prediction) if prediction is not None else ""
+
+
 def exact_match(prediction: Optional[str], golden_answers: Golden) -> float:
     """1.0 when the normalised prediction equals any normalised golden answer, else 0.0.
 
@@ -77,12 +82,8 @@ def exact_match(prediction: Optional[str], golden_answers: Golden) -> float:
     >>> exact_match("x", [])
     0.0
     """
-    if prediction is None:
-        return 0.0
-    pred = normalize_answer(prediction)
-    if not pred:
-        return 0.0
-    return 1.0 if any(pred == normalize_answer(g) for g in _as_list(golden_answers)) else 0.0
+    pred = _normalized(prediction)
+    return 1.0 if pred and any(pred == normalize_answer(g) for g in _as_list(golden_answers)) else 0.0
 
 
 def _f1_one(pred: str, gold: str) -> float:
@@ -112,13 +113,8 @@ def f1(prediction: Optional[str], golden_answers: Golden) -> float:
     >>> f1("", "Paris"), f1(None, "Paris")
     (0.0, 0.0)
     """
-    if prediction is None:
-        return 0.0
-    pred = normalize_answer(prediction)
-    if not pred:
-        return 0.0
-    scores = [_f1_one(pred, normalize_answer(g)) for g in _as_list(golden_answers)]
-    return max(scores, default=0.0)
+    pred = _normalized(prediction)
+    return max((_f1_one(pred, normalize_answer(g)) for g in _as_list(golden_answers)), default=0.0) if pred else 0.0
 
 
 def substring_match(prediction: Optional[str], golden_answers: Golden) -> float:
@@ -129,13 +125,8 @@ def substring_match(prediction: Optional[str], golden_answers: Golden) -> float:
     >>> substring_match("Twain", "Mark Twain")
     0.0
     """
-    if prediction is None:
-        return 0.0
-    pred = normalize_answer(prediction)
-    if not pred:
-        return 0.0
-    golds = [normalize_answer(g) for g in _as_list(golden_answers)]
-    return 1.0 if any(g and g in pred for g in golds) else 0.0
+    pred = _normalized(prediction)
+    return 1.0 if pred and any(g and g in pred for g in map(normalize_answer, _as_list(golden_answers))) else 0.0
 
 
 def extract_answer(completion: str) -> Optional[str]:

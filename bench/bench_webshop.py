@@ -10,10 +10,15 @@ Rows, all in one run:
 * ``scale``      — build time, index size on disk and p50/p95 latency of the ``mmap`` backend on catalogues of
   1k, 10k and 50k products (the 1,000 products repeated with distinct ids), and the linear projection of each
   figure to WebShop's full 1,181,436 products. bm25s scores a query from its terms' posting lists, so
-  latency grows with the number of matching documents, not with the catalogue's size alone.
+  latency grows with the number of matching documents, not with the catalogue's size alone;
+* ``policies``   — success and score (mean reward × 100) on the test goals of: the two rule baselines of
+  ECOSYSTEM.md (search the instruction, buy the first result: 50.6; and choose the options whose words occur in the
+  instruction: 66.9, success 0.322), the observation-only teacher's strategies (``webshop.strategies``) and the
+  privileged ASIN expert, each in both search modes (``env.webshop_search``: free, choice) where it applies.
 
     python bench/bench_webshop.py
     python bench/bench_webshop.py --scales 1000 --queries 50      # quick
+    python bench/bench_webshop.py --only policies                 # the policy table alone
 """
 
 from __future__ import annotations
@@ -21,18 +26,22 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from talentrl_core.config import EnvConfig, EnvName
 from talentrl_core.envs import make_family
+from talentrl_core.envs.strategies import play, strategies
 from talentrl_core.envs.webshop import play_expert
 from talentrl_core.envs.webshop_data import SearchIndex
 
+_TOKEN = re.compile(r"[a-z0-9]+")
 FULL_SCALE = 1_181_436
 "Products in WebShop's full catalogue (items_shuffle.json)."
 
@@ -58,6 +67,70 @@ def env_steps(family, n: int) -> dict:
     dt = time.perf_counter() - t0
     steps = sum(r["steps"] for r in res)
     return {"episodes": len(res), "steps": steps, "steps_per_s": steps / dt, "expert_success": sum(r["won"] for r in res) / len(res)}
+
+
+def rule_episode(env, task, options: bool) -> tuple[bool, float]:
+    """A rule baseline of ECOSYSTEM.md (free search): search the instruction, open the first result, (``options``:
+    in each option group the item page shows, click the first value whose words all occur in the instruction,)
+    buy."""
+    env.reset(task)
+    env.step(f"search[{env.goal()}]")
+    results = [a for a in env.admissible_actions() if a not in ("click[back to search]", "click[next >]")]
+    if not results:
+        return False, 0.0
+    env.step(results[0])
+    if options:
+        want = set(_TOKEN.findall(env.goal().lower()))
+        for values in env.shop.products[env.page.asin].options.values():  # the groups the item page shows
+            match = [v for v in values if set(_TOKEN.findall(v)) <= want]
+            if match:
+                env.step(f"click[{match[0]}]")
+    r = env.step("click[buy now]")
+    return bool(r.won), float(r.reward)
+
+
+def _row(name: str, mode: str, outcomes: list[tuple[bool, float]], steps: Optional[float], dt: float) -> dict:
+    n = len(outcomes)
+    return {"policy": name, "search": mode, "episodes": n, "success": sum(w for w, _ in outcomes) / n,
+            "score": 100.0 * sum(r for _, r in outcomes) / n, "steps": steps, "seconds": dt}
+
+
+def _last_reward(env) -> float:
+    obs = env._transcript[-1][1] if env._transcript else ""
+    return float(obs.rsplit("[SEP]", 1)[-1]) if obs.startswith("Thank you") else 0.0
+
+
+def policy_rows(cfg: EnvConfig, cache: Path, n: int) -> list[dict]:
+    """Every policy on the first ``n`` test goals, in the same catalogue and split (one process)."""
+    rows = []
+    for mode in ("free", "choice"):
+        family = make_family(replace(cfg, webshop_search=mode), cache)
+        env, tasks = family.make(), family.tasks("test")[:n]
+        if mode == "free":
+            for name, opts in (("rule: search + first result + buy", False), ("rule: + options by words", True)):
+                t0 = time.perf_counter()
+                out = [rule_episode(env, t, opts) for t in tasks]
+                rows.append(_row(name, mode, out, None, time.perf_counter() - t0))
+        for s in strategies("webshop"):
+            t0, out, steps = time.perf_counter(), [], 0
+            for t in tasks:
+                p = play(env, t, s.name, require_admissible=(mode == "choice"), max_steps=cfg.max_steps)
+                out.append((p.won, _last_reward(env)))
+                steps += len(p.actions)
+            rows.append(_row(f"teacher: {s.name}", mode, out, steps / len(tasks), time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        res = [play_expert(env, t) for t in tasks]
+        rows.append(_row("privileged ASIN expert", mode, [(r["won"], r["reward"]) for r in res],
+                         sum(r["steps"] for r in res) / len(res), time.perf_counter() - t0))
+    return rows
+
+
+def print_policies(rows: list[dict]) -> None:
+    print(f"\npolicies on {rows[0]['episodes']} test goals (success = reward 1.0; score = mean reward x 100)")
+    print(f"{'policy':<36}{'search':>8}{'success':>9}{'score':>8}{'steps':>7}")
+    for r in rows:
+        steps = "-" if r["steps"] is None else f"{r['steps']:.1f}"
+        print(f"{r['policy']:<36}{r['search']:>8}{r['success']:>9.3f}{r['score']:>8.1f}{steps:>7}")
 
 
 def search_rows(shop, queries: list[str], tmp: Path) -> list[dict]:
@@ -112,11 +185,18 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=500)
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--scales", default="1000,10000,50000")
+    ap.add_argument("--only", choices=("all", "policies"), default="all", help="policies: the policy table alone")
     args = ap.parse_args()
     data = Path(args.data_dir)
     cfg = EnvConfig(name=EnvName.webshop, max_steps=15)
     cfg.webshop_products = str(data / "webshop" / "minimal_documents_1000.jsonl")
     cfg.webshop_instructions = str(data / "webshop" / "items_ins_v2_1000.json")
+    with tempfile.TemporaryDirectory() as d:
+        policies = policy_rows(cfg, Path(d) / "cache", args.episodes)
+    print_policies(policies)
+    if args.only == "policies":
+        print(json.dumps({"policies": policies}))
+        return
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)
         t0 = time.perf_counter()
@@ -139,7 +219,7 @@ def main() -> None:
     for r in scale:
         mark = " (projected)" if r.get("projected") else ""
         print(f"{r['products']:>10}{r['build_s']:>10.1f}{r['disk_mb']:>10.1f}{r['p50_ms']:>9.2f}{r['p95_ms']:>9.2f}{mark}")
-    print(json.dumps({"env": steps, "search": search, "scale": scale}))
+    print(json.dumps({"env": steps, "search": search, "scale": scale, "policies": policies}))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,8 @@
 """Typed configuration for every stage of the TalentRL pipeline.
 
-One dataclass per stage, each field with a default and a one-line doc (the string literal under it).
-Hydra composes ``conf/`` against these schemas (registered from ``pipeline/``); the library only ever
-receives these plain dataclasses, never OmegaConf objects. Cross-field checks live in
-``__post_init__`` and raise ``ValueError`` saying what to change.
+One dataclass per stage, each field with a default and a one-line doc (the string literal under it). Hydra composes ``conf/``
+against these schemas (registered from ``pipeline/``); the library only ever receives these plain dataclasses, never OmegaConf
+objects. Cross-field checks live in ``__post_init__`` and raise ``ValueError`` saying what to change.
 """
 
 from __future__ import annotations
@@ -107,6 +106,8 @@ class EnvConfig:
     "Episode step limit (turns); the episode fails when reached."
     step_timeout_s: float = 60.0
     "A step (or reset) slower than this ends the episode as failed with the error recorded."
+    workers: int = 0
+    "Rollout envs in this many worker processes, stepped at once (crash/hang isolated per worker); 0: in-process."
     invalid_penalty: float = 0.0
     "Reward added per invalid (unparseable or inadmissible) action (small, <= 0)."
     history: int = 2
@@ -155,6 +156,8 @@ class EnvConfig:
     "WebShop goals in the test split (the rest are train)."
     webshop_index: str = "memory"
     "WebShop search index: memory (BM25 in RAM) or mmap (saved once under cache_dir, memory-mapped)."
+    webshop_search: str = "free"
+    "WebShop search page: free (write the query, as WebShop) or choice (pick one of the instruction's candidate queries; results clicked by rank and title)."
     cache_dir: str = "${oc.env:TALENTRL_CACHE_DIR,${artifacts_dir}/cache}"
     "Where unpacked and generated games are cached; set TALENTRL_CACHE_DIR to share one cache between clones (games are deterministic per challenge, settings and seed)."
 
@@ -162,17 +165,14 @@ class EnvConfig:
         if self.max_steps < 1:
             raise ValueError(f"env.max_steps must be >= 1, got {self.max_steps}")
         check_ranges("env", self, history=_NON_NEGATIVE, routing_obs_chars=_NON_NEGATIVE, obs_chars=(">= 20 (characters of an observation shown)", lambda v: v >= 20),
-                     step_timeout_s=_POSITIVE)
+                     step_timeout_s=_POSITIVE, webshop_n_test=_AT_LEAST_1, workers=_NON_NEGATIVE)
         if self.invalid_penalty > 0:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")
         if self.expert not in ("handcoded", "walkthrough", "planner"):
             raise ValueError(f"env.expert={self.expert!r}: choose handcoded, walkthrough or planner")
-        if self.webshop_index not in ("memory", "mmap"):
-            raise ValueError(f"env.webshop_index={self.webshop_index!r}: choose memory or mmap")
-        if self.webshop_n_test < 1:
-            raise ValueError(f"env.webshop_n_test must be >= 1, got {self.webshop_n_test}")
-        if self.retriever not in ("bm25", "dense", "http"):
-            raise ValueError(f"env.retriever={self.retriever!r}: choose bm25, dense or http")
+        for key, allowed in (("webshop_index", ("memory", "mmap")), ("webshop_search", ("free", "choice")), ("retriever", ("bm25", "dense", "http"))):
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"env.{key}={getattr(self, key)!r}: choose {', '.join(allowed[:-1])} or {allowed[-1]}")
 
     @classmethod
     def of_family(cls, name: str, **overrides) -> "EnvConfig":

@@ -19,11 +19,12 @@ import concurrent.futures as cf
 import json
 import random
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Hashable, Optional, Protocol, Sequence
 
 from tqdm.auto import tqdm
 
+from .env_pool import prefetch_resets, prefetch_steps, run_pooled
 from .envs.base import INVALID_ACTION_OBS, Env, Task
 from .generation import GenRequest, GenResult
 from .prompts import (
@@ -203,6 +204,8 @@ class RolloutSettings:
     invalid_penalty: float = 0.0
     routing_obs_chars: int = 0
     "Characters of the first observation the router sees (``env.routing_obs_chars``)."
+    env_workers: int = 0
+    "Envs in this many worker processes, stepped at once (``env.workers``, ``env_pool``); 0: in this process."
     run_id: str = ""
     split: str = ""
     checkpoint: str = ""
@@ -212,7 +215,7 @@ class RolloutSettings:
         """The settings an ``EnvConfig`` gives (step budget, prompt view, timeouts), plus ``kw`` (run_id, split, …)."""
         return cls(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
                    step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
-                   routing_obs_chars=env_cfg.routing_obs_chars, **kw)
+                   routing_obs_chars=env_cfg.routing_obs_chars, env_workers=env_cfg.workers, **kw)
 
 
 def action_completions(env_name: str, admissible: Optional[list[str]]) -> Optional[list[str]]:
@@ -315,6 +318,7 @@ class _EpisodeRunner:
         slot.traj.retrieved_skill_ids = list(slot.ctx.skill_ids)
 
     def refill(self) -> None:
+        self.slots += prefetch_resets(self.slots, self.queue, self.batch_size, self.make_env, _Slot)  # pool: resets at once
         for slot in self.slots:
             while slot.spec is None and self.queue:
                 self.start(slot, *self.queue.pop())
@@ -355,16 +359,17 @@ class _EpisodeRunner:
         settings = self.settings
         ctx = exec_context(s.traj.env, s.traj.goal, s.obs, s.ctx.talent, s.ctx.skills, s.history, settings.history,
                            s.admissible, settings.obs_chars)
-        n_exec = _exec_steps(s.traj)
         return PolicyInput("exec", execution_messages(ctx), action_completions(s.traj.env, s.admissible),
-                           None if s.spec.seed is None else s.spec.seed * 1000 + n_exec, s.env, s.traj.env,
+                           None if s.spec.seed is None else s.spec.seed * 1000 + len(s.traj.env_steps()), s.env, s.traj.env,
                            cache_key=(self.run_key, id(s)))
 
     def execute(self) -> None:
         """One execution turn for every active episode."""
         active = [s for s in self.slots if s.spec is not None]
         items = [self.exec_input(s) for s in active]
-        for s, it, out in zip(active, items, self.policy.complete(items)):
+        outs = self.policy.complete(items)
+        prefetch_steps(active, [parse_for_env(s.traj.env, o.text) for s, o in zip(active, outs)])  # pool: steps at once
+        for s, it, out in zip(active, items, outs):
             self.apply(s, it, out)
 
     def apply(self, s: _Slot, it: PolicyInput, out: GenResult) -> None:
@@ -397,7 +402,7 @@ class _EpisodeRunner:
                 return self.fail(s, "admissible", e)
         s.history.append((s.obs, action or out.text))
         s.obs = step.observation
-        if done or _exec_steps(s.traj) >= settings.max_steps:
+        if done or len(s.traj.env_steps()) >= settings.max_steps:
             self.finish(s)
 
     def run(self) -> list[Trajectory]:
@@ -417,10 +422,6 @@ class _EpisodeRunner:
         return [t for t in self.results if t is not None]
 
 
-def _exec_steps(traj: Trajectory) -> int:
-    return len(traj.env_steps())
-
-
 def run_episodes(
     make_env: Callable[[], Env],
     specs: Sequence[EpisodeSpec],
@@ -433,7 +434,8 @@ def run_episodes(
     on_episode: Optional[Callable[[], None]] = None,
 ) -> list[Trajectory]:
     """Play every spec; returns trajectories in the order of ``specs`` (``on_episode()`` after each one ends)."""
-    return _EpisodeRunner(make_env, specs, policy, settings, knowledge, batch_size, progress, on_routing, on_episode).run()
+    runner = _EpisodeRunner(make_env, specs, policy, settings, knowledge, batch_size, progress, on_routing, on_episode)
+    return run_pooled(runner, settings.env_workers, settings.step_timeout_s)  # env.workers > 0: envs in processes
 
 
 _EPISODES_DONE = None  # multiprocessing counter of run_episodes_parallel's workers
@@ -453,6 +455,7 @@ def run_episodes_parallel(make_env: Callable[[], Env], specs: Sequence[EpisodeSp
         return run_episodes(make_env, specs, policy_factory(0), settings, knowledge, batch_size, progress)
     import multiprocessing as mp
 
+    settings = replace(settings, env_workers=0)  # already one process per worker: no env pool inside each
     global _EPISODES_DONE
     chunks = [list(specs[i::workers]) for i in range(workers)]
     ctx = mp.get_context("fork")
@@ -467,10 +470,6 @@ def run_episodes_parallel(make_env: Callable[[], Env], specs: Sequence[EpisodeSp
     bar.update(_EPISODES_DONE.value - bar.n)
     bar.close()
     by_uid = {}
-    for part in parts:
-        for t in part:
-            by_uid.setdefault(t.task_id, []).append(t)
-    out = []
-    for sp in specs:  # restore spec order
-        out.append(by_uid[sp.task.task_id].pop(0))
-    return out
+    for t in (t for part in parts for t in part):
+        by_uid.setdefault(t.task_id, []).append(t)
+    return [by_uid[sp.task.task_id].pop(0) for sp in specs]  # restore spec order

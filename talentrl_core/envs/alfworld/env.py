@@ -23,6 +23,32 @@ def _key_seed(key: str) -> int:
     return int(hashlib.sha1(key.encode()).hexdigest()[:8], 16)
 
 
+def _defer_expert(wrapper):
+    """Make the handcoded expert wrapper lazy: each step only records what its ``_gather_infos`` would read (state,
+    last command, start flag); the returned ``catch_up()`` replays the records in order when the expert's action is
+    asked (its private random generator carries over), so the plans are the eager ones and a policy that never asks
+    (LLM, random) never pays for them."""
+    eager, pending = wrapper._gather_infos, []
+
+    def record():
+        if wrapper._at_start:  # a reset: the agent was reset with it
+            pending.clear()
+        pending.append((wrapper.state, wrapper.prev_command, wrapper._at_start))
+
+    def catch_up():
+        if pending:
+            latest = (wrapper.state, wrapper.prev_command, wrapper._at_start)
+            try:
+                for wrapper.state, wrapper.prev_command, wrapper._at_start in pending:
+                    eager()
+            finally:
+                pending.clear()
+                wrapper.state, wrapper.prev_command, wrapper._at_start = latest
+
+    wrapper._gather_infos = record
+    return catch_up
+
+
 class AlfworldEnv:
     """One ALFWorld game at a time, behind the :class:`~talentrl_core.envs.base.Env` protocol.
 
@@ -39,7 +65,7 @@ class AlfworldEnv:
 
     name = FAMILY
 
-    def __init__(self, root: Path, expert: str = "handcoded", max_steps: int = 30) -> None:
+    def __init__(self, root: Path, expert: str = "handcoded", max_steps: int = 30, lazy_expert: bool = True) -> None:
         if expert not in EXPERTS:
             raise ValueError(f"alfworld expert {expert!r}: choose one of {EXPERTS}")
         if max_steps < 1:
@@ -47,6 +73,9 @@ class AlfworldEnv:
         self.root = Path(root)
         self.expert = expert
         self.max_steps = max_steps
+        self.lazy_expert = lazy_expert
+        "Handcoded expert: run only when its action is asked (``info['expert_error']`` then appears only after)."
+        self._catch_up = lambda: None
         self._game = None
         self._loaded_key: Optional[str] = None
         self._expert_wrapper = None
@@ -79,6 +108,8 @@ class AlfworldEnv:
             self._expert_wrapper = _expert_wrapper(parse_game_key(task.key), "handcoded", _key_seed(task.key))
             wrappers.append(self._expert_wrapper)
             infos.extras.append("expert_plan")
+            if self.lazy_expert:
+                self._catch_up = _defer_expert(self._expert_wrapper)
         self._game = textworld.start(str(path), request_infos=infos, wrappers=wrappers)
         self._loaded_key = task.key
 
@@ -146,7 +177,8 @@ class AlfworldEnv:
         if self._done:
             return None
         if self.expert == "handcoded":
-            plan = self._state.get("extra.expert_plan") or []
+            self._catch_up()
+            plan = self._expert_wrapper.state.get("extra.expert_plan") or []
             return plan[0] if plan else None
         if self._plan is None or self._plan_index >= len(self._plan):
             self._plan, self._plan_index = self.replan(), 0
@@ -169,6 +201,7 @@ class AlfworldEnv:
                 self._game = None
                 self._loaded_key = None
                 self._expert_wrapper = None
+                self._catch_up = lambda: None
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -183,6 +216,7 @@ class AlfworldEnv:
     @property
     def expert_error(self) -> Optional[str]:
         """Why the handcoded expert gave up, if it did."""
+        self._catch_up()
         return getattr(self._expert_wrapper, "expert_error", None)
 
     def walkthrough(self) -> list[str]:

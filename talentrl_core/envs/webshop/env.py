@@ -3,10 +3,10 @@
 Pages and actions as in WebShop's ``WebAgentTextEnv`` with ``observation_mode='text'`` (``[SEP]``-joined
 visible text), pure Python over the 1,000-product catalogue (``webshop.data``):
 
-- search page → ``search[query]`` (an open action: ``admissible_actions`` is None there, the policy writes the
-  query);
-- results page (10 per page, at most 50 results) → ``click[<asin>]``, ``click[next >]``, ``click[< prev]``,
-  ``click[back to search]``;
+- search page → ``search[query]`` (``env.webshop_search: free``, WebShop's: an open action, ``admissible_actions``
+  is None there and the policy writes the query; ``choice``: one of ``queries.search_candidates``, listed);
+- results page (10 per page, at most 50 results) → ``click[<asin>]`` (free; choice: ``click[result <rank>: <first
+  title words>]``, the page shows no ASIN), ``click[next >]``, ``click[< prev]``, ``click[back to search]``;
 - item page → ``click[<option value>]``, ``click[description]`` / ``click[features]`` / ``click[reviews]``,
   ``click[buy now]``, ``click[< prev]``, ``click[back to search]``; the sub-pages go back with ``click[< prev]``.
 
@@ -26,6 +26,7 @@ from typing import Any, Optional
 
 from ...config import EnvConfig
 from ..base import INVALID_ACTION_OBS, EnvFamily, StepResult, Task
+from ..strategies import EpisodeView, get_strategy
 from .data import (
     Product,
     SearchIndex,
@@ -37,12 +38,14 @@ from .data import (
     split_goals,
     synthetic_goals,
 )
+from .queries import label_rank, result_label, search_candidates
 from .reward import purchase_reward
 
 FAMILY = "webshop"
 PER_PAGE = 10
 MAX_RESULTS = 50
 SUBPAGES = ("description", "features", "reviews")
+SEARCH_MODES = ("free", "choice")
 BACK, NEXT, PREV, BUY = "back to search", "next >", "< prev", "buy now"
 _ACTION = re.compile(r"^\s*(search|click)\[(.*)\]\s*$", re.IGNORECASE | re.DOTALL)
 
@@ -90,8 +93,11 @@ def catalogue(cfg: EnvConfig, cache_dir: Path) -> WebShopCatalogue:
     return _CATALOGUES[key]
 
 
-def expert_queries(goal: dict) -> list[str]:
-    """The expert's searches, in order: the whole instruction, then its first clause and the product type."""
+def expert_queries(goal: dict, search: str = "free") -> list[str]:
+    """The privileged expert's searches, in order. free: the whole instruction, then its first clause and the
+    product type; choice: the search page's candidates (``queries.search_candidates``)."""
+    if search == "choice":
+        return search_candidates(goal["instruction_text"])
     return [goal["instruction_text"], f"{goal['base_instruction']} {goal['query']}"]
 
 
@@ -117,9 +123,12 @@ class WebShopEnv:
 
     name = FAMILY
 
-    def __init__(self, shop: WebShopCatalogue, max_steps: int = 15):
+    def __init__(self, shop: WebShopCatalogue, max_steps: int = 15, search: str = "free"):
+        if search not in SEARCH_MODES:
+            raise ValueError(f"env.webshop_search={search!r}: choose free or choice")
         self.shop = shop
         self.max_steps = max_steps
+        self.search = search
         self.goal_: Optional[dict] = None
         self.page = _Page()
         self.steps = 0
@@ -133,7 +142,9 @@ class WebShopEnv:
             raise KeyError(f"WebShop goal {task.key!r} is not in this catalogue's goals")
         self.goal_, self.page, self.steps, self.done = goal, _Page(), 0, False
         self.searched: list[str] = []
-        return self.render()
+        self._first = self._obs = self.render()
+        self._transcript: list[tuple[str, str]] = []
+        return self._first
 
     def goal(self) -> str:
         return self.goal_["instruction_text"] if self.goal_ else ""
@@ -142,10 +153,20 @@ class WebShopEnv:
         if self.done:
             return []
         if self.page.kind == "search":
-            return None
+            return [f"search[{q}]" for q in self.candidates()] if self.search == "choice" else None
         return [f"click[{c}]" for c in self.clickables()]
 
+    def candidates(self) -> list[str]:
+        """The search queries choice mode offers on this goal (a function of the instruction text only)."""
+        return search_candidates(self.goal())
+
     def step(self, action: str) -> StepResult:
+        res = self._step(action)
+        self._obs = res.observation
+        self._transcript.append((action, res.observation))
+        return res
+
+    def _step(self, action: str) -> StepResult:
         if self.goal_ is None or self.done:
             raise RuntimeError("step() before reset() or after the episode ended")
         self.steps += 1
@@ -169,17 +190,17 @@ class WebShopEnv:
         p, g = self.page, self.goal_
         if p.kind == "search":
             tried = len(self.searched)
-            queries = expert_queries(g)
+            queries = expert_queries(g, self.search)
             return f"search[{queries[min(tried, len(queries) - 1)]}]"
         if p.kind == "results":
             here = self._page_results()
             if g["asin"] in here:
-                return f"click[{g['asin'].lower()}]"
+                return f"click[{self._result_target(g['asin'])}]"
             if g["asin"] in p.results:
                 return f"click[{NEXT if p.results.index(g['asin']) >= p.page * PER_PAGE else PREV}]"
-            if len(self.searched) < len(expert_queries(g)):
+            if len(self.searched) < len(expert_queries(g, self.search)):
                 return f"click[{BACK}]"
-            return f"click[{here[0].lower()}]" if here else f"click[{BACK}]"
+            return f"click[{self._result_target(here[0])}]" if here else f"click[{BACK}]"
         if p.kind in SUBPAGES:
             return f"click[{PREV}]"
         if p.asin != g["asin"]:
@@ -189,6 +210,15 @@ class WebShopEnv:
                 return f"click[{value}]"
         return f"click[{BUY}]"
 
+    def strategy_action(self, name: str) -> Optional[str]:
+        """The next command of the registered strategy expert ``name`` (``webshop.strategies``): it reads only the
+        agent's view (instruction, pages shown, admissible commands, its own past actions)."""
+        if self.goal_ is None or self.done:
+            return None
+        view = EpisodeView(self.goal(), self._first, self._obs, tuple(self.admissible_actions() or ()),
+                           tuple(self._transcript))
+        return get_strategy(FAMILY, name).act(view)
+
     def close(self) -> None:
         self.goal_ = None
 
@@ -196,6 +226,12 @@ class WebShopEnv:
     def _page_results(self) -> list[str]:
         start = (self.page.page - 1) * PER_PAGE
         return self.page.results[start:start + PER_PAGE]
+
+    def _result_target(self, asin: str) -> str:
+        """How a result is clicked: its ASIN (free) or its rank and first title words (choice)."""
+        if self.search == "choice":
+            return result_label(self.page.results.index(asin) + 1, self.shop.products[asin].title)
+        return asin.lower()
 
     def clickables(self) -> list[str]:
         p = self.page
@@ -205,7 +241,7 @@ class WebShopEnv:
                 out.append(PREV)
             if p.page * PER_PAGE < len(p.results):
                 out.append(NEXT)
-            return out + [a.lower() for a in self._page_results()]
+            return out + [self._result_target(a) for a in self._page_results()]
         if p.kind == "item":
             values = [v for vals in self.shop.products[p.asin].options.values() for v in vals]
             return [BACK, PREV, *dict.fromkeys(values), *SUBPAGES, BUY]
@@ -222,9 +258,10 @@ class WebShopEnv:
             parts = [*head, "Back to Search", f"Page {p.page} (Total results: {len(p.results)})"]
             parts += ["< Prev"] if p.page > 1 else []
             parts += ["Next >"] if p.page * PER_PAGE < len(p.results) else []
-            for asin in self._page_results():
+            start = (p.page - 1) * PER_PAGE
+            for i, asin in enumerate(self._page_results(), start + 1):
                 prod = self.shop.products[asin]
-                parts += [asin, prod.title, prod.price_tag]
+                parts += [asin if self.search == "free" else f"result {i}", prod.title, prod.price_tag]
             return " [SEP] ".join(parts)
         prod = self.shop.products[p.asin]
         parts = [*head, "Back to Search", "< Prev"]
@@ -248,6 +285,11 @@ class WebShopEnv:
         if verb == "search":
             if p.kind != "search":
                 return False
+            if self.search == "choice":
+                offered = {q.lower(): q for q in self.candidates()}
+                if arg.lower() not in offered:
+                    return False
+                arg = offered[arg.lower()]
             self.searched.append(arg)
             self.page = _Page("results", query=arg, results=self.shop.index.search(arg, MAX_RESULTS))
             return True
@@ -259,7 +301,8 @@ class WebShopEnv:
             if arg in (NEXT, PREV):
                 p.page += 1 if arg == NEXT else -1
             else:
-                self.page = _Page("item", p.query, p.results, p.page, asin=arg.upper())
+                asin = p.results[label_rank(arg) - 1] if self.search == "choice" else arg.upper()
+                self.page = _Page("item", p.query, p.results, p.page, asin=asin)
         elif p.kind == "item":
             if arg == PREV:
                 self.page = _Page("results", p.query, p.results, p.page)
@@ -316,7 +359,7 @@ class WebShopFamily(EnvFamily):
         return [Task(FAMILY, split, g["category"], goal_key(g), {"instruction": g["instruction_text"]}) for g in goals]
 
     def make(self) -> WebShopEnv:
-        return WebShopEnv(self.shop, max_steps=self.cfg.max_steps)
+        return WebShopEnv(self.shop, max_steps=self.cfg.max_steps, search=getattr(self.cfg, "webshop_search", "free"))
 
 
 def play_expert(env: WebShopEnv, task: Task) -> dict[str, Any]:

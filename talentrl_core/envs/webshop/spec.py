@@ -10,6 +10,7 @@ from ..syntax import INVALID
 
 _BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
 _ASIN = re.compile(r"^b[0-9a-z]{9}$")
+_RESULT = re.compile(r"^result \d+(:|$)")
 
 
 def _factory(cfg, cache_dir: Path):
@@ -20,10 +21,12 @@ def _factory(cfg, cache_dir: Path):
 
 def action_template(a: str) -> str:
     """The template of a normalised (lower-cased, single-spaced) command: ``search[{query}]``, a page button as it
-    is, ``click[{product}]`` for an ASIN, ``click[{option}]`` for any other click.
+    is, ``click[{product}]`` for an ASIN or a result label (``result 3: …``), ``click[{option}]`` for any other click.
 
     >>> action_template("search[red shoes]"), action_template("click[b07xyz1234]"), action_template("click[x-large]")
     ('search[{query}]', 'click[{product}]', 'click[{option}]')
+    >>> action_template("click[result 3: acme cotton crew t-shirt]")
+    'click[{product}]'
     """
     m = re.match(r"^(search|click)\[(.*)\]$", a)
     if not m:
@@ -33,7 +36,7 @@ def action_template(a: str) -> str:
     target = m.group(2).strip()
     if target in _BUTTONS:
         return f"click[{target}]"
-    return "click[{product}]" if _ASIN.match(target) else "click[{option}]"
+    return "click[{product}]" if _ASIN.match(target) or _RESULT.match(target) else "click[{option}]"
 
 
 SPEC = FamilySpec(
@@ -42,10 +45,12 @@ SPEC = FamilySpec(
     rule="You shop on a website for what the task asks. Reply with <think>brief plan</think><action>search[query] or "
          "click[one admissible button]</action>.",
     description="WebShop online shopping; the agent writes search[query] on the search page, then clicks buttons: "
-    "click[<product id>], click[next >], click[<option value>], click[buy now].",
+    "click[<product id>] (or click[result <n>: <title words>] when search is a choice), click[next >], "
+    "click[<option value>], click[buy now].",
     panels={"webshop": "test"},
     panel_help=("webshop",),
     template=action_template,
     data_fields=("webshop_products", "webshop_instructions"),
+    strategies="talentrl_core.envs.webshop.strategies",
     reports_score=True,
 )

@@ -104,6 +104,19 @@ class EnvFamily(Protocol):
         return {}
 
 
+def lazy_family(target: str) -> Callable[["EnvConfig", Path], "EnvFamily"]:
+    """A ``FamilySpec.factory`` that imports ``"package.module:Class"`` only when a family is made, so that reading the
+    registry loads none of a family's dependencies."""
+    module, _, name = target.partition(":")
+
+    def factory(cfg: "EnvConfig", cache_dir: Path) -> "EnvFamily":
+        import importlib
+
+        return getattr(importlib.import_module(module), name)(cfg, cache_dir)
+
+    return factory
+
+
 @dataclass(frozen=True)
 class FamilySpec:
     """Everything the pipeline knows about one family, in one place (``envs/registry.py`` lists them): nothing

@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from ..base import FamilySpec, lazy_family
 
-from ..base import FamilySpec
-
-
-def _factory(cfg, cache_dir: Path):
-    from .family import AlfworldFamily
-
-    return AlfworldFamily(cfg, cache_dir)
 
 
 SPEC = FamilySpec(
     name="alfworld",
-    factory=_factory,
+    factory=lazy_family("talentrl_core.envs.alfworld.family:AlfworldFamily"),
     rule="You are a household agent. Reply with <think>brief plan</think><action>one admissible command</action>.",
     description="ALFWorld household tasks in text; commands look like 'go to desk 1', 'open drawer 2', "
     "'take apple 1 from desk 1', 'move apple 1 to shelf 1', 'heat/cool/clean X with Y', 'use desklamp 1'.",

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from ..base import FamilySpec
+from ..base import FamilySpec, lazy_family
 from ..syntax import INVALID, parse_qa, verbatim
 
 _QA_RE = re.compile(r"^\s*<(search|answer)>(.*?)</\1>\s*$", re.S)
 
-
-def _factory(cfg, cache_dir: Path):
-    from .env import QAFamily
-
-    return QAFamily(cfg, cache_dir)
 
 
 def action_template(a: str) -> str:
@@ -34,7 +28,7 @@ def action_template(a: str) -> str:
 
 SPEC = FamilySpec(
     name="qa",
-    factory=_factory,
+    factory=lazy_family("talentrl_core.envs.qa.env:QAFamily"),
     rule=(
         "Answer the question. Reason in <think></think>. To look something up write "
         "<search>query</search>; results come back in <information></information>. "

@@ -3,20 +3,14 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from ..base import FamilySpec
+from ..base import FamilySpec, lazy_family
 from ..syntax import INVALID
 
 _BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
 _ASIN = re.compile(r"^b[0-9a-z]{9}$")
 _RESULT = re.compile(r"^result \d+(:|$)")
 
-
-def _factory(cfg, cache_dir: Path):
-    from .env import WebShopFamily
-
-    return WebShopFamily(cfg, cache_dir)
 
 
 def action_template(a: str) -> str:
@@ -41,7 +35,7 @@ def action_template(a: str) -> str:
 
 SPEC = FamilySpec(
     name="webshop",
-    factory=_factory,
+    factory=lazy_family("talentrl_core.envs.webshop.env:WebShopFamily"),
     rule="You shop on a website for what the task asks. Reply with <think>brief plan</think><action>search[query] or "
          "click[one admissible button]</action>.",
     description="WebShop online shopping; the agent writes search[query] on the search page, then clicks buttons: "

@@ -153,7 +153,9 @@ class EnvConfig:
     webshop_seed: int = 233
     "Seed of WebShop's prices, price bounds and the test/train goal split (233, as WebShop)."
     webshop_n_test: int = 500
-    "WebShop goals in the test split (the rest are train)."
+    "WebShop goals in the test split (the rest are dev and train)."
+    webshop_n_dev: int = 0
+    "WebShop goals held out of train as the dev split (after test in the seeded order, as WebShop's own 1,000 eval goals): what a learning curve reads; 0: none."
     webshop_index: str = "memory"
     "WebShop search index: memory (BM25 in RAM) or mmap (saved once under cache_dir, memory-mapped)."
     webshop_search: str = "free"
@@ -165,7 +167,8 @@ class EnvConfig:
         if self.max_steps < 1:
             raise ValueError(f"env.max_steps must be >= 1, got {self.max_steps}")
         check_ranges("env", self, history=_NON_NEGATIVE, routing_obs_chars=_NON_NEGATIVE, obs_chars=(">= 20 (characters of an observation shown)", lambda v: v >= 20),
-                     step_timeout_s=_POSITIVE, webshop_n_test=_AT_LEAST_1, workers=_NON_NEGATIVE)
+                     step_timeout_s=_POSITIVE, webshop_n_test=_AT_LEAST_1, webshop_n_dev=_NON_NEGATIVE,
+                     workers=_NON_NEGATIVE)
         if self.invalid_penalty > 0:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")
         if self.expert not in ("handcoded", "walkthrough", "planner"):

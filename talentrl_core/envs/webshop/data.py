@@ -175,12 +175,13 @@ def goal_key(goal: dict) -> str:
     return "|".join([goal["asin"], *(f"{k}={v}" for k, v in sorted(goal["goal_options"].items()))])
 
 
-def split_goals(goals: list[dict], seed: int, n_test: int) -> dict[str, list[dict]]:
-    """{test, train}: a seeded shuffle of the canonical order; disjoint by construction."""
+def split_goals(goals: list[dict], seed: int, n_test: int, n_dev: int = 0) -> dict[str, list[dict]]:
+    """{test, dev, train}: a seeded shuffle of the canonical order cut in that order (as WebShop: test, eval,
+    train); disjoint by construction, and ``train`` without a dev split is the same as before it existed."""
     order = sorted(goals, key=goal_key)
     rng = random.Random(f"split|{seed}")
     rng.shuffle(order)
-    return {"test": order[:n_test], "train": order[n_test:]}
+    return {"test": order[:n_test], "dev": order[n_test:n_test + n_dev], "train": order[n_test + n_dev:]}
 
 
 def catalogue_fingerprint(path: str | Path) -> str:

@@ -69,11 +69,12 @@ class WebShopCatalogue:
         instructions = load_instructions(cfg.webshop_instructions)
         self.seed = cfg.webshop_seed
         self.goals = synthetic_goals(self.products, instructions, self.seed)
-        if not 1 <= cfg.webshop_n_test < len(self.goals):  # else a split is empty and its stage runs 0 episodes
-            raise ValueError(f"env.webshop_n_test={cfg.webshop_n_test}: must be in [1, {len(self.goals) - 1}]: "
-                             f"{cfg.webshop_products} gives {len(self.goals)} goals; the test split takes "
-                             "env.webshop_n_test of them (WebShop's own split: 500) and the train split the rest")
-        self.splits = split_goals(self.goals, self.seed, cfg.webshop_n_test)
+        if not 1 <= cfg.webshop_n_test + cfg.webshop_n_dev < len(self.goals):  # else train is empty: 0 episodes
+            raise ValueError(f"env.webshop_n_test={cfg.webshop_n_test} + env.webshop_n_dev={cfg.webshop_n_dev}: must "
+                             f"be in [1, {len(self.goals) - 1}]: {cfg.webshop_products} gives {len(self.goals)} goals; "
+                             "the test split takes env.webshop_n_test of them (WebShop's own split: 500), the dev "
+                             "split env.webshop_n_dev and the train split the rest")
+        self.splits = split_goals(self.goals, self.seed, cfg.webshop_n_test, cfg.webshop_n_dev)
         self.by_key = {goal_key(g): g for g in self.goals}
         self.prices = {a: displayed_price(p, self.seed) for a, p in self.products.items()}
         index_dir = None  # only the mmap backend saves an index (named by the catalogue's hash: read only then)
@@ -86,7 +87,8 @@ _CATALOGUES: dict[tuple, WebShopCatalogue] = {}
 
 
 def catalogue(cfg: EnvConfig, cache_dir: Path) -> WebShopCatalogue:
-    key = (cfg.webshop_products, cfg.webshop_instructions, cfg.webshop_seed, cfg.webshop_n_test, cfg.webshop_index,
+    key = (cfg.webshop_products, cfg.webshop_instructions, cfg.webshop_seed, cfg.webshop_n_test, cfg.webshop_n_dev,
+           cfg.webshop_index,
            str(cache_dir))
     if key not in _CATALOGUES:
         _CATALOGUES[key] = WebShopCatalogue(cfg, cache_dir)
@@ -328,7 +330,8 @@ class WebShopEnv:
 
 
 class WebShopFamily(EnvFamily):
-    """WebShop's synthetic goals of the small setting, split into ``test`` (500) and ``train``."""
+    """WebShop's synthetic goals of the small setting, split into ``test`` (500), ``dev`` (``env.webshop_n_dev``,
+    default none) and ``train``."""
 
     name = FAMILY
 
@@ -341,7 +344,7 @@ class WebShopFamily(EnvFamily):
         return catalogue(self.cfg, self.cache_dir)
 
     def splits(self) -> list[str]:
-        return ["train", "test"]
+        return ["train", "dev", "test"] if self.cfg.webshop_n_dev else ["train", "test"]
 
     def task_types(self) -> list[str]:
         return sorted({g["category"] for g in self.shop.goals})
@@ -349,8 +352,9 @@ class WebShopFamily(EnvFamily):
     def tasks(self, split: str, n: int = 0, seed: int = 0) -> list[Task]:
         if split == "eval":
             split = "test"
-        if split not in ("train", "test"):
-            raise ValueError(f"WebShop split {split!r}: choose train or test")
+        if split not in self.splits():
+            raise ValueError(f"WebShop split {split!r}: choose {' or '.join(self.splits())}"
+                             + ("" if "dev" in self.splits() else " (a dev split needs env.webshop_n_dev > 0)"))
         if n < 0:
             raise ValueError(f"n={n}: use 0 for the whole split or a positive subset size")
         goals = self.shop.splits[split]

@@ -41,8 +41,8 @@ SPEC = FamilySpec(
     description="WebShop online shopping; the agent writes search[query] on the search page, then clicks buttons: "
     "click[<product id>] (or click[result <n>: <title words>] when search is a choice), click[next >], "
     "click[<option value>], click[buy now].",
-    panels={"webshop": "test"},
-    panel_help=("webshop",),
+    panels={"webshop": "test", "webshop_dev": "dev"},
+    panel_help=("webshop", "webshop_dev"),
     template=action_template,
     data_fields=("webshop_products", "webshop_instructions"),
     strategies="talentrl_core.envs.webshop.strategies",

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+NO_CHECKPOINT = "none"
+"The checkpoint kind of a zero-parameter floor (``FLOORS``): nothing is loaded."
 CHECKPOINTS = {"base": "base_model", "sft": "sft_checkpoint", "rl": "rl_checkpoint", "flat_grpo": "flat_grpo_checkpoint"}
 "Checkpoint kind → its ``ArtifactPaths`` attribute (for the trained ones also the Dagster asset's name)."
 RL_CHECKPOINTS = ("rl", "flat_grpo")
@@ -25,6 +27,9 @@ class SystemSpec:
     flat: bool
     "Whether it reads the flat library (no talent term, λ = 0)."
     doc: str = ""
+    policy: str = "model"
+    ("Who acts: ``model`` (the checkpoint), ``random`` (a uniformly random admissible command) or "
+     "``strategy:<name>`` (a registered strategy expert or rule baseline of the panel's family, ``envs.strategies``).")
 
 
 SYSTEMS: dict[str, SystemSpec] = {
@@ -39,6 +44,13 @@ SYSTEMS: dict[str, SystemSpec] = {
     "talentrl": SystemSpec("rl", "policy", True, False, "TalentRL checkpoint (routing + execution RL), the policy routes"),
 }
 "Every system, in table and plot order."
+
+STRATEGY_PREFIX = "strategy:"
+FLOORS: dict[str, SystemSpec] = {
+    "random_action": SystemSpec(NO_CHECKPOINT, "none", False, True, "a uniformly random admissible command at every "
+                                "step: the zero-parameter floor", policy="random"),
+}
+"Zero-parameter floors, evaluated on the same tasks beside the trained systems; besides these, ``strategy:<name>``."
 
 RL_SYSTEMS = tuple(name for kind in RL_CHECKPOINTS for name, s in SYSTEMS.items() if s.checkpoint == kind)
 "The systems whose checkpoint the rl stage trains, in training order (talentrl, flat_grpo)."
@@ -57,8 +69,22 @@ PROMOTION_PAIR = ("talentrl", "talent_sft")
 "The promotion gate and the routing comparison: the RL system against the SFT it started from."
 
 
+def system_spec(name: str) -> SystemSpec:
+    """The spec of a trained system, a floor, or ``strategy:<name>`` (a strategy expert or rule baseline acting
+    alone: the teacher's imitation ceiling, a rule floor); a KeyError for anything else."""
+    if name in SYSTEMS:
+        return SYSTEMS[name]
+    if name in FLOORS:
+        return FLOORS[name]
+    if name.startswith(STRATEGY_PREFIX) and len(name) > len(STRATEGY_PREFIX):
+        return SystemSpec(NO_CHECKPOINT, "none", False, True, f"the strategy {name[len(STRATEGY_PREFIX):]!r} acting "
+                          "alone (no parameters)", policy=name)
+    raise KeyError(name)
+
+
 def check_systems(names) -> None:
     """ValueError naming the unknown systems and the choices."""
-    bad = [s for s in names if s not in SYSTEMS]
+    bad = [s for s in names if s not in SYSTEMS and s not in FLOORS and not s.startswith(STRATEGY_PREFIX)]
     if bad:
-        raise ValueError(f"eval.systems has unknown {bad}; choose from {sorted(SYSTEMS)}")
+        raise ValueError(f"eval.systems has unknown {bad}; choose from {sorted(SYSTEMS) + sorted(FLOORS)} or "
+                         f"{STRATEGY_PREFIX}<name> (a strategy expert or rule baseline of the panel's family)")

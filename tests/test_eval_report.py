@@ -283,7 +283,8 @@ def test_each_system_reads_the_library_version_its_checkpoint_trained_on(tmp_pat
     import json
 
     from pipeline.config import load_config
-    from talentrl_core.evaluation.runner import SYSTEMS, checkpoint_path
+    from talentrl_core.evaluation.runner import checkpoint_path
+    from talentrl_core.systems import SYSTEMS
     from talentrl_core.paths import ArtifactPaths
     from talentrl_core.stages import pinned_library
 

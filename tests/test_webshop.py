@@ -292,3 +292,62 @@ def test_teacher_beats_the_rule_baseline_on_a_panel(choice_family):
 def test_wrong_search_mode_is_refused(shared_data):
     with pytest.raises(ValueError, match="env.webshop_search='typed': choose free or choice"):
         _cfg(shared_data, webshop_search="typed").__post_init__()
+
+
+def test_dev_split_is_held_out_of_train_and_changes_nothing_else(family, shared_data, tmp_path):
+    """env.webshop_n_dev takes goals after test in the seeded order (WebShop: test, eval, train): test is the same,
+    train loses exactly the dev goals, and without it there is no dev split."""
+    fam = make_family(_cfg(shared_data, webshop_n_dev=200), tmp_path)
+    keys = {s: [t.key for t in fam.tasks(s)] for s in ("test", "dev", "train")}
+    before = [t.key for t in family.tasks("train")]
+    assert keys["test"] == [t.key for t in family.tasks("test")]
+    assert len(keys["dev"]) == 200 and keys["dev"] == before[:200] and keys["train"] == before[200:]
+    assert fam.splits() == ["train", "dev", "test"] and family.splits() == ["train", "test"]
+    with pytest.raises(ValueError, match="a dev split needs env.webshop_n_dev > 0"):
+        family.tasks("dev")
+
+
+def test_rule_baselines_are_floors_not_teachers(choice_family):
+    """WebShop's two rule baselines are registered for evaluation (``strategy:<name>``) but never collected or
+    distilled; on the first 50 test goals the rule with options scores above the plain one (all 500: 67.2 vs
+    50.6, ``bench/bench_webshop.py --only policies``)."""
+    from talentrl_core.envs.strategies import play, rules, strategies
+
+    assert [s.name for s in strategies("webshop")] == ["rank_order", "title_order"]
+    assert [s.name for s in rules("webshop")] == ["rule_first", "rule_options"]
+    env = choice_family.make()
+    score = {}
+    for name in ("rule_first", "rule_options"):
+        rewards = []
+        for t in choice_family.tasks("test")[:50]:
+            p = play(env, t, name, require_admissible=True, max_steps=15)
+            last = env._transcript[-1][1]
+            assert last.startswith("Thank you") and len(p.actions) <= 2 + 4  # search, result, options, buy
+            rewards.append(float(last.rsplit("[SEP]", 1)[-1]))
+        score[name] = sum(rewards) / len(rewards)
+    assert score["rule_options"] > score["rule_first"] + 0.05, score
+
+
+def test_floors_and_the_teacher_are_evaluated_beside_the_systems(shared_data, tmp_path):
+    """``eval.systems`` takes zero-parameter floors (``random_action``) and any strategy or rule acting alone
+    (``strategy:<name>``): no checkpoint is loaded, every panel task gets one episode, and a rule's episodes are the
+    ones it plays directly. An unknown name is refused with the choices."""
+    from pipeline.config import ConfigError, load_config
+    from talentrl_core.envs.strategies import play
+    from talentrl_core.evaluation.runner import evaluate_all
+    from talentrl_core.rollout import NoKnowledge
+
+    cfg = load_config(["experiment=webshop", f"artifacts_dir={tmp_path}", f"data_dir={shared_data}", "eval.n_per_panel=12",
+                       "eval.systems=[random_action,strategy:rule_options,strategy:rank_order]", "tracker.mode=disabled"])
+    out = evaluate_all(cfg, lambda flat, checkpoint: NoKnowledge(), progress=False)
+    rows = [json.loads(line) for line in Path(out["files"]["episodes.jsonl"]).read_text().splitlines()]
+    by = {s: {r["task_id"]: r for r in rows if r["system"] == s} for s in ("random_action", "strategy:rule_options", "strategy:rank_order")}
+    assert all(len(v) == 12 for v in by.values()) and not out["skipped"]
+    fam = make_family(cfg.env, tmp_path / "c")
+    env = fam.make()
+    for t in fam.tasks("test", 12, cfg.eval.seed):
+        play(env, t, "rule_options", require_admissible=True, max_steps=15)
+        assert by["strategy:rule_options"][t.task_id]["reward"] == pytest.approx(float(env._transcript[-1][1].rsplit("[SEP]", 1)[-1]), abs=0.006)
+    assert sum(r["reward"] for r in by["strategy:rank_order"].values()) > sum(r["reward"] for r in by["random_action"].values())
+    with pytest.raises(ConfigError, match="random_action.*strategy:<name>"):
+        load_config(["eval.systems=[rule_options]"])

@@ -40,6 +40,9 @@ class Strategy:
     "One sentence: how this strategy solves a task (docs, reports, the talent text of a teacher)."
     act: Callable[[EpisodeView], Optional[str]]
     "The next command, or None when the strategy has nothing to do (it does not apply to this task)."
+    teacher: bool = True
+    ("False for a rule baseline: a zero-parameter floor the evaluation runs (``eval.systems``: ``strategy:<name>``) "
+     "but collection never imitates and distillation never turns into a talent.")
 
 
 _REGISTRY: dict[str, dict[str, Strategy]] = {}
@@ -54,8 +57,7 @@ def register(strategy: Strategy) -> Strategy:
     return strategy
 
 
-def strategies(family: str) -> list[Strategy]:
-    """Every strategy registered for ``family`` (empty when the family has none)."""
+def _registered(family: str) -> list[Strategy]:
     from .registry import FAMILIES
 
     spec = FAMILIES.get(str(family))
@@ -65,9 +67,19 @@ def strategies(family: str) -> list[Strategy]:
     return list(_REGISTRY.get(family, {}).values())
 
 
+def strategies(family: str) -> list[Strategy]:
+    """Every strategy expert (teacher) registered for ``family`` (empty when the family has none)."""
+    return [s for s in _registered(family) if s.teacher]
+
+
+def rules(family: str) -> list[Strategy]:
+    """The rule baselines registered for ``family``: zero-parameter floors, never teachers."""
+    return [s for s in _registered(family) if not s.teacher]
+
+
 def get_strategy(family: str, name: str) -> Strategy:
-    """The strategy ``name`` of ``family``; a KeyError names the choices."""
-    found = {s.name: s for s in strategies(family)}
+    """The strategy or rule baseline ``name`` of ``family``; a KeyError names the choices."""
+    found = {s.name: s for s in _registered(family)}
     if name not in found:
         raise KeyError(f"no strategy {name!r} for env {family!r}; choose from {sorted(found) or 'none (no strategies registered)'}")
     return found[name]

@@ -27,7 +27,7 @@ from ..io import read_json, write_text
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
 from .report import EpisodeResult, build_metrics, routing_confusion, training_summary, write_report
-from ..systems import CHECKPOINTS, RL_CHECKPOINTS, SYSTEMS
+from ..systems import CHECKPOINTS, NO_CHECKPOINT, RL_CHECKPOINTS, system_spec
 from .talent_effect import matrix_from_labels, talent_metrics
 
 
@@ -58,13 +58,40 @@ def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
     return e, split
 
 
+def floor_policy(spec, seed: int):
+    """The acting policy of a zero-parameter system (``systems.FLOORS``, ``strategy:<name>``)."""
+    from ..rollout import ExpertPolicy, RandomPolicy
+
+    if spec.policy == "random":
+        return RandomPolicy(seed)
+    return ExpertPolicy(spec.policy.split(":", 1)[1])
+
+
+def system_policy(cfg: TalentRLConfig, spec, ckpt: str, k: int, loaded: dict):
+    """The policy of attempt ``k`` (0: greedy) of a system: a floor's own, or its checkpoint's model (loaded once
+    per checkpoint and decoding, kept in ``loaded``)."""
+    if spec.checkpoint == NO_CHECKPOINT:
+        return floor_policy(spec, cfg.eval.seed * 100003 + k)
+    key = (ckpt, k == 0)
+    if key not in loaded:
+        from ..agent import load_policy
+
+        loaded[key] = load_policy(cfg, ckpt, temperature=0.0 if k == 0 else None)[0]
+    return loaded[key]
+
+
+def gen_stats(policy) -> dict:
+    """The generation backend's token counters (empty for a policy without one)."""
+    return dict(getattr(getattr(policy, "gen", None), "stats", {}))
+
+
 def rl_histories(paths: ArtifactPaths, systems) -> dict[str, list[dict]]:
     """The per-update history of every evaluated RL system whose checkpoint records one."""
     out = {}
     for system in systems:
-        spec = SYSTEMS[system]
-        meta = checkpoint_path(paths, spec.checkpoint) / "talentrl_meta.json"
-        if spec.checkpoint in RL_CHECKPOINTS and meta.exists():
+        spec = system_spec(system)
+        meta = checkpoint_path(paths, spec.checkpoint) / "talentrl_meta.json" if spec.checkpoint in RL_CHECKPOINTS else None
+        if meta is not None and meta.exists():
             out[system] = list(read_json(meta).get("history") or [])
     return out
 
@@ -140,8 +167,6 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     ``knowledge_factory(flat, checkpoint)`` opens the library for a system: flat or not, at the version that
     system's checkpoint trained on (``stages.pinned_library``); ``metrics["library_versions"]`` records them.
     """
-    from ..agent import load_policy
-
     paths = ArtifactPaths.of(cfg)
     ev = cfg.eval
     results: list[EpisodeResult] = []
@@ -152,8 +177,8 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     for panel in ev.panels:
         family, tasks, settings = open_panel(cfg, panel, progress)
         for system in ev.systems:
-            spec = SYSTEMS[system]
-            ckpt, present = system_checkpoint(cfg, paths, spec.checkpoint)
+            spec = system_spec(system)
+            ckpt, present = ("", True) if spec.checkpoint == NO_CHECKPOINT else system_checkpoint(cfg, paths, spec.checkpoint)
             if not present:
                 skipped[system] = f"no checkpoint at {ckpt}"
                 continue
@@ -163,20 +188,17 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
                 knowledge = knowledge_factory(spec.flat, checkpoint_path(paths, spec.checkpoint))
                 versions[system] = knowledge.version
             for k in range(ev.avg_k + 1):  # k = 0: greedy; 1..avg_k: sampled
-                key = (ckpt, k == 0)
-                if key not in policies:
-                    policies[key] = load_policy(cfg, ckpt, temperature=0.0 if k == 0 else None, name=system)[0]
-                policy = policies[key]
+                policy = system_policy(cfg, spec, ckpt, k, policies)
                 policy.name = system
                 specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills, seed=ev.seed * 100003 + 7919 * k + i)
                          for i, t in enumerate(tasks)]
-                t0, before = time.perf_counter(), dict(getattr(policy.gen, "stats", {}))
+                t0, before = time.perf_counter(), gen_stats(policy)
                 trajs = run_episodes(family.make, specs, policy, dataclasses.replace(settings, checkpoint=ckpt),
                                      knowledge, cfg.collect.batch_size, progress)
                 check_one_per_task(trajs, tasks, system, panel)
                 if k == 0:
                     perf.setdefault(system, {})[panel] = run_perf(trajs, time.perf_counter() - t0, before,
-                                                                  getattr(policy.gen, "stats", {}))
+                                                                  gen_stats(policy))
                 results += [episode_result(system, panel, t, knowledge if spec.use_skills else None, k) for t in trajs]
     if not results:
         raise RuntimeError(f"nothing to evaluate: {skipped or 'no systems/panels configured'}")

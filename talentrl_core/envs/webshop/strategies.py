@@ -157,3 +157,57 @@ TITLE_ORDER = register(Strategy(
     "until one offers every option the instruction names within its price (at most 4), choose those options, buy.",
     teacher(0, by_title=True),
 ))
+
+
+# ---- rule baselines (zero-parameter floors; never teachers) ------------------------------------------------------
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def option_groups(view: EpisodeView) -> list[list[str]]:
+    """The item page's option groups, in page order: runs of admissible values between the segments that name them."""
+    offered = {t for t in map(_target, view.admissible) if t not in _BUTTONS}
+    groups: list[list[str]] = [[]]
+    for seg in _segments(view.observation):
+        value = seg.removesuffix(" (selected)").lower()
+        if value in offered:
+            groups[-1].append(value)
+        elif groups[-1]:
+            groups.append([])
+    return [g for g in groups if g]
+
+
+def rule(options: bool):
+    """WebShop's rule baseline: search the whole instruction, open the first result, (``options``: in each option
+    group click the first value whose words all occur in the instruction,) buy."""
+
+    def act(view: EpisodeView) -> Optional[str]:
+        kind = _page(view)
+        if kind == "search":
+            listed = [_target(a) for a in view.admissible]
+            return f"search[{(listed or search_candidates(view.goal))[0]}]"
+        if kind == "results":
+            results = _results(view)
+            return f"click[{results[0]}]" if results and not _visits(view) else "click[back to search]"
+        if kind == "subpage":
+            return "click[< prev]"
+        if options:
+            want, done = set(_TOKEN.findall(view.goal.lower())), {_target(a).lower() for a, _ in view.transcript}
+            for group in option_groups(view):
+                match = next((v for v in group if set(_TOKEN.findall(v)) <= want), None)
+                if match is not None and match not in done:
+                    return f"click[{match}]"
+        return "click[buy now]"
+
+    return act
+
+
+RULE_FIRST = register(Strategy(
+    "webshop", "rule_first", "Search the whole instruction, open the first result, buy (WebShop's rule baseline).",
+    rule(options=False), teacher=False,
+))
+RULE_OPTIONS = register(Strategy(
+    "webshop", "rule_options",
+    "Search the whole instruction, open the first result, in each option group click the first value whose words "
+    "all occur in the instruction, buy.",
+    rule(options=True), teacher=False,
+))

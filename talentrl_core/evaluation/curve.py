@@ -1,0 +1,73 @@
+"""A learning curve: every saved SFT checkpoint played greedily on a held-out panel (issues 39, 40: an SFT sized
+from measurement, not assumed).
+
+The SFT stage keeps its resumable checkpoints in ``<sft>.work/checkpoint-<step>`` (``sft.keep_checkpoints: 0``
+keeps them all). Each is evaluated as the SFT systems are (``systems.SYSTEMS``: its checkpoint replaced by the
+step's), on the same tasks with the same seeds, so the points differ only in training. Read it on a held-out split
+that is not the test panel (WebShop: ``webshop_dev``, ``env.webshop_n_dev``), or the curve chooses the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..checkpoints import step_folders
+from ..paths import ArtifactPaths
+from ..rollout import EpisodeSpec, NoKnowledge, run_episodes
+from ..systems import SYSTEMS
+from .stats import bootstrap_ci, wilson_ci
+
+CURVE_SYSTEMS = ("talent_sft", "flat_skillbank")
+"What a curve point plays by default: the policy routing, and the same checkpoint flat."
+
+
+def curve_checkpoints(paths: ArtifactPaths) -> list[tuple[int, Path]]:
+    """(step, folder) of every saved SFT checkpoint, by step; a ValueError when there is none."""
+    work = paths.sft_checkpoint.with_name(paths.sft_checkpoint.name + ".work")
+    found = step_folders(work, must_hold="config.json")
+    if not found:
+        raise ValueError(f"no SFT checkpoint under {work}: run the sft stage (sft.keep_checkpoints: 0 keeps every "
+                         "checkpoint-<step> it saves) before a learning curve")
+    return found
+
+
+def point(rows: Sequence[dict], seed: int = 0) -> dict:
+    """Success (Wilson 95%) and score (mean reward x 100, bootstrap 95%) of one (step, system).
+
+    >>> point([{"success": True, "reward": 1.0}, {"success": False, "reward": 0.5}])["score"]
+    75.0
+    """
+    n, wins = len(rows), sum(bool(r["success"]) for r in rows)
+    rewards = [100.0 * float(r["reward"]) for r in rows]
+    lo, hi = bootstrap_ci(rewards, seed=seed) if n else (0.0, 0.0)
+    return {"n": n, "success": round(wins / n, 4) if n else 0.0, "success_ci95": [round(x, 4) for x in wilson_ci(wins, n)],
+            "score": round(sum(rewards) / n, 2) if n else 0.0, "score_ci95": [round(lo, 2), round(hi, 2)]}
+
+
+def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Callable,
+                   systems: Sequence[str] = CURVE_SYSTEMS, progress: bool = False) -> tuple[list[dict], dict]:
+    """(episode rows, {system: [point per step]}) over every saved SFT checkpoint on ``panel``.
+
+    ``knowledge_factory(flat)`` opens the library the SFT trained on; ``load_policy(checkpoint)`` a greedy policy.
+    """
+    from .runner import open_panel
+
+    family, tasks, settings = open_panel(cfg, panel, progress)
+    rows: list[dict] = []
+    curve: dict[str, list[dict]] = {s: [] for s in systems}
+    knowledge = {flat: knowledge_factory(flat) for flat in {SYSTEMS[s].flat for s in systems}}
+    for step, ckpt in curve_checkpoints(ArtifactPaths.of(cfg)):
+        policy = load_policy(str(ckpt))
+        for system in systems:
+            spec = SYSTEMS[system]
+            kn = knowledge[spec.flat] if spec.use_skills or spec.routing != "none" else NoKnowledge()
+            specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills, seed=cfg.eval.seed * 100003 + i)
+                     for i, t in enumerate(tasks)]
+            trajs = run_episodes(family.make, specs, policy, settings, kn, cfg.collect.batch_size, progress)
+            got = [{"step": step, "system": system, "panel": panel, "task_id": t.task_id, "task_type": t.task_type,
+                    "success": bool(t.success), "reward": float(t.final_reward), "n_steps": t.n_steps,
+                    "n_invalid": t.n_invalid, "error": bool(t.error), "talent": t.talent_id} for t in trajs]
+            rows += got
+            curve[system].append({"step": step, **point(got, cfg.eval.seed)})
+    return rows, {"panel": panel, "n_tasks": len(tasks), "curve": curve}

@@ -107,7 +107,9 @@ def write_collected(trajs: list[Trajectory], root: Path, run_id: str) -> list[st
 
 
 def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tuple[list[Trajectory], dict]:
-    """Every task once per strategy expert; one Parquet file per strategy."""
+    """Every task once per strategy expert; one Parquet file per strategy, played in resumable parts
+    (``collect_parts``: a killed collection continues where it stopped)."""
+    from .collect_parts import finish_parts, run_in_parts
     from .rollout import EpisodeSpec, ExpertPolicy, run_episodes_parallel
 
     c = cfg.collect
@@ -116,9 +118,11 @@ def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tu
     for strategy in collect_strategies(cfg):
         run_id = f"collect-{family.name}-{c.split}-expert" + (f"-{strategy}" if strategy else "")
         specs = [EpisodeSpec(task=t, group_uid=_uid(run_id, t.task_id), seed=c.seed + i) for i, t in enumerate(tasks)]
-        part = run_episodes_parallel(family.make, specs, lambda i, s=strategy: ExpertPolicy(s),
-                                     rollout_settings(cfg, run_id, c.split), c.workers, c.batch_size)
+        settings = rollout_settings(cfg, run_id, c.split)
+        part = run_in_parts(specs, lambda chunk, s=strategy: run_episodes_parallel(
+            family.make, chunk, lambda i: ExpertPolicy(s), settings, c.workers, c.batch_size), paths.trajectories, run_id)
         files += write_collected(part, paths.trajectories, run_id)
+        finish_parts(paths.trajectories, run_id)
         per_strategy[strategy or "expert"] = summarise(part)
         trajs += part
     return trajs, {"files": files, "strategies": per_strategy}

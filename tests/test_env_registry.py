@@ -23,8 +23,9 @@ ALLOWED_LITERALS = {  # module → the family-name string constants it may hold,
     "config/evaluation.py": ("EvalConfig's default panel (textworld)", {"textworld": 1}),
     "library/examples.py": ("hand-written example trajectories of each family (test and demo data, not dispatch)",
                             {"alfworld": 1, "textworld": 2, "qa": 1}),
-    "evaluation/report.py": ("SCORE_PANELS = ('webshop',): registry.reports_score replaces it (report.py is not this "
-                             "change's to edit)", {"webshop": 1}),
+    "evaluation/metrics.py": ("SCORE_PANELS = ('webshop',): registry.reports_score would replace it, but it answers "
+                              "True for webshop_dev too, which would add a score to that panel's metrics",
+                              {"webshop": 1}),
 }
 
 

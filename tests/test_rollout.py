@@ -68,7 +68,7 @@ def test_env_crashing_on_reset_is_an_error_in_metrics_and_fails_the_gate(family)
     """The evaluation path end to end: the crashed episode is a failure with its error counted, the panel keeps one
     trajectory per task, and the blocking asset check fails when errors exceed the allowed share."""
     from assets.checks import error_gate
-    from talentrl_core.evaluation.report import build_metrics
+    from talentrl_core.evaluation.metrics import build_metrics
     from talentrl_core.evaluation.runner import check_one_per_task, episode_result
 
     tasks = family.tasks("train")

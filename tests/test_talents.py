@@ -12,7 +12,8 @@ from talentrl_core.config import EnvConfig, LibraryConfig, SFTConfig
 from talentrl_core.envs.strategies import get_strategy, strategies
 from talentrl_core.envs.textworld_env import ROUTE_SUFFIX, GameSpec, TextWorldFamily, generate_game, route_of, walkthrough_route
 from talentrl_core.envs.textworld_strategies import HEADINGS, goal_route, hide_route
-from talentrl_core.evaluation.report import EpisodeResult, build_metrics, render_markdown
+from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
+from talentrl_core.evaluation.report import render_markdown
 from talentrl_core.evaluation.talent_effect import talent_metrics
 from talentrl_core.knowledge import LibraryKnowledge
 from talentrl_core.library import distill_library

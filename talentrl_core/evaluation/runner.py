@@ -26,7 +26,8 @@ from ..envs.registry import FAMILIES, panel_family
 from ..io import read_json, write_text
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
-from .report import EpisodeResult, build_metrics, routing_confusion, training_summary, write_report
+from .metrics import EpisodeResult, build_metrics, routing_confusion, training_summary
+from .report import write_report
 from ..systems import CHECKPOINTS, RL_CHECKPOINTS, SYSTEMS
 from .talent_effect import matrix_from_labels, talent_metrics
 

@@ -119,7 +119,7 @@ class MultiTurnRollout:
         """One constrained sampled completion per (left-padded) input: token ids (to EOS) and their log-probs."""
         import torch
 
-        from talentrl_core.rollout import action_completions
+        from talentrl_core.policies import action_completions
 
         eos, pad = self.tok.eos_token_id, self.tok.pad_token_id
         L = max(len(x) for x in inputs)

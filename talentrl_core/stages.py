@@ -108,7 +108,8 @@ def write_collected(trajs: list[Trajectory], root: Path, run_id: str) -> list[st
 
 def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tuple[list[Trajectory], dict]:
     """Every task once per strategy expert; one Parquet file per strategy."""
-    from .rollout import EpisodeSpec, ExpertPolicy, run_episodes_parallel
+    from .policies import ExpertPolicy
+    from .rollout import EpisodeSpec, run_episodes_parallel
 
     c = cfg.collect
     trajs: list[Trajectory] = []
@@ -154,7 +155,8 @@ def collect(cfg: TalentRLConfig) -> dict:
 
 
 def _collect(cfg: TalentRLConfig) -> dict:
-    from .rollout import EpisodeSpec, RandomPolicy, run_episodes, run_episodes_parallel
+    from .policies import RandomPolicy
+    from .rollout import EpisodeSpec, run_episodes, run_episodes_parallel
 
     paths = ArtifactPaths.of(cfg)
     tidy_staging(paths.trajectories, cfg.env.cache_dir)

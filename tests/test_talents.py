@@ -18,7 +18,8 @@ from talentrl_core.evaluation.talent_effect import talent_metrics
 from talentrl_core.knowledge import LibraryKnowledge
 from talentrl_core.library import distill_library
 from talentrl_core.library.store import Library
-from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, run_episodes
+from talentrl_core.policies import ExpertPolicy
+from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 from talentrl_core.sft import build_sft_data
 from talentrl_core.trajectories import SCHEMA, read_trajectories, write_trajectories
 
@@ -390,7 +391,7 @@ def test_the_router_sees_the_first_observation_when_asked(forks, knowledge, runs
     from talentrl_core.envs.textworld_maps import sign
     from talentrl_core.prompts import routing_view
     from talentrl_core.rl.static_knowledge import StaticKnowledge
-    from talentrl_core.rollout import RandomPolicy
+    from talentrl_core.policies import RandomPolicy
 
     bank = {"talents": {"textworld": [
         {"talent_id": "T1", "name": "northeast", "when_to_apply": "east", "strategy": "take east", "skill_ids": []},

@@ -270,7 +270,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     from talentrl_core.config import EnvConfig, ModelConfig, RLConfig, TalentRLConfig, TrackerConfig
-    from talentrl_core.envs.textworld_env import TextWorldFamily
+    from talentrl_core.envs.textworld.family import TextWorldFamily
     from talentrl_core.models import build_tiny
     from talentrl_core.rl.static_knowledge import StaticKnowledge
 

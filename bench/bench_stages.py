@@ -63,7 +63,7 @@ def sft_setup(args, work: Path):
     from bench_rl import BANK
 
     from talentrl_core.config import EnvConfig, ModelConfig, SFTConfig
-    from talentrl_core.envs.textworld_env import TextWorldFamily
+    from talentrl_core.envs.textworld.family import TextWorldFamily
     from talentrl_core.models import build_tiny
     from talentrl_core.rl.static_knowledge import StaticKnowledge
     from talentrl_core.policies import ExpertPolicy

@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from talentrl_core.config import EnvConfig
-from talentrl_core.envs.textworld_env import TextWorldFamily
+from talentrl_core.envs.textworld.family import TextWorldFamily
 from talentrl_core.policies import ExpertPolicy, RandomPolicy
 from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 from talentrl_core.trajectories import TrajectoryFileError, read_trajectories, write_trajectories

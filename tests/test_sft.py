@@ -7,7 +7,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from talentrl_core.config import EnvConfig, LibraryConfig, ModelConfig, SFTConfig
-from talentrl_core.envs.textworld_env import TextWorldFamily
+from talentrl_core.envs.textworld.family import TextWorldFamily
 from talentrl_core.knowledge import LibraryKnowledge
 from talentrl_core.library import distill_library
 from talentrl_core.library.store import Library

@@ -65,7 +65,7 @@ def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool, **rl):
 
     from talentrl_core.rl.trainer import RLTrainer
 
-    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=flat, n_arms=1 if flat else 2, **rl))
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl.as_flat_baseline() if flat else cfg.rl, **rl))
     tr = RLTrainer(cfg, family, knowledge, model_dir, out, progress=False)
     rows = []
     for step in range(args.steps):

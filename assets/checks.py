@@ -6,7 +6,7 @@
 * ``sft_checkpoint`` / ``rl_checkpoint`` / ``flat_grpo_checkpoint``: loads with ``AutoModelForCausalLM``;
   every weight finite.
 * ``evaluation``: promotion gate — on every panel, talentrl's success is not below talent_sft's by
-  more than ``cfg.eval.promote_tolerance`` (metrics.json, ``talentrl_core.evaluation.report`` schema).
+  more than ``cfg.eval.promote_tolerance`` (metrics.json, ``talentrl_core.evaluation.metrics`` schema).
 
 A check returns ``passed=False`` with the reason for a failed gate; unexpected errors propagate.
 """

@@ -30,7 +30,7 @@ from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from talentrl_core.envs.textworld_strategies import REVERSE, goal_route  # noqa: E402
+from talentrl_core.envs.textworld.strategies import REVERSE, goal_route  # noqa: E402
 
 
 def exits(admissible: Optional[list[str]]) -> int:

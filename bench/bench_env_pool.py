@@ -22,7 +22,8 @@ sys.path.insert(0, str(ROOT))
 from talentrl_core.config import EnvConfig  # noqa: E402
 from talentrl_core.env_pool import EnvPool  # noqa: E402
 from talentrl_core.envs import make_family  # noqa: E402
-from talentrl_core.rollout import EpisodeSpec, RandomPolicy, RolloutSettings, run_episodes  # noqa: E402
+from talentrl_core.policies import RandomPolicy  # noqa: E402
+from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes  # noqa: E402
 
 
 class _Timed:

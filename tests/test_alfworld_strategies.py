@@ -1,4 +1,4 @@
-"""ALFWorld's strategy experts (talentrl_core/envs/alfworld_strategies.py) on real games, and their benchmark.
+"""ALFWorld's strategy experts (talentrl_core/envs/alfworld/strategies.py) on real games, and their benchmark.
 
 Two games are loaded (a load is ~2 s): a pick-and-place game in a bedroom that every strategy wins, by different
 routes, and the two-object game of test_env_alfworld.py.

@@ -21,7 +21,7 @@ from talentrl_core.generation import TransformersGenerator
 from talentrl_core.models import build_tiny, load_model, train_tokenizer
 from talentrl_core.prompts import CHAT_TEMPLATE_KWARGS, TalentView, format_talent, routing_messages
 from talentrl_core.rl.samples import Sample, chat_prompt_ids, completion_ids_of, score_completions
-from talentrl_core.rollout import LLMPolicy, PolicyInput
+from talentrl_core.policies import LLMPolicy, PolicyInput
 from talentrl_core.sft import SFTData, tokenize_sample, train_sft
 
 TEMPLATES = Path(trl.__file__).parent / "chat_templates"

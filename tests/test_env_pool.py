@@ -11,8 +11,9 @@ import pytest
 from talentrl_core.config import EnvConfig
 from talentrl_core.env_pool import EnvPool, WorkerDied
 from talentrl_core.envs.base import StepResult, Task
-from talentrl_core.envs.textworld_env import TextWorldFamily
-from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RandomPolicy, RolloutSettings, run_episodes
+from talentrl_core.envs.textworld.family import TextWorldFamily
+from talentrl_core.policies import ExpertPolicy, RandomPolicy
+from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 
 
 class FakeEnv:

@@ -271,7 +271,8 @@ def test_env_alone_without_corpus_retriever_explains(family):
 def test_invalid_penalty_reaches_the_qa_return(family):
     """env.invalid_penalty is part of every family's return, QA included (it used to keep only the answer's EM)."""
     from talentrl_core.generation import GenResult
-    from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, run_episodes
+    from talentrl_core.policies import ExpertPolicy
+    from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 
     class OneSlipThenExpert(ExpertPolicy):
         slipped = False

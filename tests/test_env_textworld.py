@@ -1,4 +1,4 @@
-"""TextWorld generated-games family: generation, cache, protocol, expert (talentrl_core/envs/textworld_env.py).
+"""TextWorld generated-games family: generation, cache, protocol, expert (talentrl_core/envs/textworld/).
 
 Games are generated into the session cache (a few seconds each on 2 cores), so the whole file reuses
 three coin-collector games: eval seeds 100001 and 100002 at level=5, plus one regenerated elsewhere to

@@ -147,7 +147,7 @@ def test_write_report_refuses_invalid_metrics(tmp_path):
 
 
 def test_paired_comparison_counts_discordant_tasks_on_common_tasks():
-    from talentrl_core.evaluation.report import paired_comparisons
+    from talentrl_core.evaluation.metrics import paired_comparisons
     from talentrl_core.evaluation.stats import mcnemar_exact
 
     rs = []
@@ -174,7 +174,7 @@ def test_paired_comparison_counts_discordant_tasks_on_common_tasks():
 
 def test_rl_training_history_goes_into_metrics_and_report(tmp_path):
     from talentrl_core.evaluation.report import render_markdown
-    from talentrl_core.evaluation.report import training_summary
+    from talentrl_core.evaluation.metrics import training_summary
     from talentrl_core.evaluation.runner import rl_histories
     from talentrl_core.io import write_json
     from talentrl_core.paths import ArtifactPaths
@@ -236,7 +236,8 @@ def test_evaluation_cost_section_reports_prompt_and_prefilled_tokens_per_step():
 
 def test_environment_errors_and_invalid_actions_are_counted_and_gate_fails():
     from assets.checks import error_gate
-    from talentrl_core.evaluation.report import EpisodeResult, build_metrics, render_markdown
+    from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
+    from talentrl_core.evaluation.report import render_markdown
 
     rs = [EpisodeResult("talent_sft", "textworld", f"t{i}", "a", False, 0.0, 3, error=i < 3, n_steps=4, n_invalid=1)
           for i in range(10)]

@@ -27,7 +27,7 @@ import pytest
 import torch
 
 from talentrl_core.config import EnvConfig, ModelConfig, RLConfig, TalentRLConfig, TrackerConfig
-from talentrl_core.envs.textworld_env import TextWorldFamily
+from talentrl_core.envs.textworld.family import TextWorldFamily
 from talentrl_core.models import build_tiny
 from talentrl_core.rl.advantages import execution_advantages, routing_advantages
 from talentrl_core.rl.samples import collate, token_logprobs

@@ -6,8 +6,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from talentrl_core.config import EnvConfig
-from talentrl_core.envs.textworld_env import TextWorldFamily
-from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RandomPolicy, RolloutSettings, run_episodes
+from talentrl_core.envs.textworld.family import TextWorldFamily
+from talentrl_core.policies import ExpertPolicy, RandomPolicy
+from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 from talentrl_core.trajectories import TrajectoryFileError, read_trajectories, write_trajectories
 
 
@@ -68,7 +69,7 @@ def test_env_crashing_on_reset_is_an_error_in_metrics_and_fails_the_gate(family)
     """The evaluation path end to end: the crashed episode is a failure with its error counted, the panel keeps one
     trajectory per task, and the blocking asset check fails when errors exceed the allowed share."""
     from assets.checks import error_gate
-    from talentrl_core.evaluation.report import build_metrics
+    from talentrl_core.evaluation.metrics import build_metrics
     from talentrl_core.evaluation.runner import check_one_per_task, episode_result
 
     tasks = family.tasks("train")

@@ -7,12 +7,13 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from talentrl_core.config import EnvConfig, LibraryConfig, ModelConfig, SFTConfig
-from talentrl_core.envs.textworld_env import TextWorldFamily
+from talentrl_core.envs.textworld.family import TextWorldFamily
 from talentrl_core.knowledge import LibraryKnowledge
 from talentrl_core.library import distill_library
 from talentrl_core.library.store import Library
 from talentrl_core.models import build_tiny
-from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, run_episodes
+from talentrl_core.policies import ExpertPolicy
+from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 from talentrl_core.sft import build_sft_data, train_sft
 
 SMALL = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,

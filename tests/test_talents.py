@@ -10,14 +10,18 @@ import pytest
 
 from talentrl_core.config import EnvConfig, LibraryConfig, SFTConfig
 from talentrl_core.envs.strategies import get_strategy, strategies
-from talentrl_core.envs.textworld_env import ROUTE_SUFFIX, GameSpec, TextWorldFamily, generate_game, route_of, walkthrough_route
-from talentrl_core.envs.textworld_strategies import HEADINGS, goal_route, hide_route
-from talentrl_core.evaluation.report import EpisodeResult, build_metrics, render_markdown
+from talentrl_core.envs.textworld.family import TextWorldFamily
+from talentrl_core.envs.textworld.games import ROUTE_SUFFIX, generate_game, route_of, walkthrough_route
+from talentrl_core.envs.textworld.settings import GameSpec
+from talentrl_core.envs.textworld.strategies import HEADINGS, goal_route, hide_route
+from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
+from talentrl_core.evaluation.report import render_markdown
 from talentrl_core.evaluation.talent_effect import talent_metrics
 from talentrl_core.knowledge import LibraryKnowledge
 from talentrl_core.library import distill_library
 from talentrl_core.library.store import Library
-from talentrl_core.rollout import EpisodeSpec, ExpertPolicy, RolloutSettings, run_episodes
+from talentrl_core.policies import ExpertPolicy
+from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
 from talentrl_core.sft import build_sft_data
 from talentrl_core.trajectories import SCHEMA, read_trajectories, write_trajectories
 
@@ -339,7 +343,7 @@ def test_listing_a_quadrant_family_compiles_none_of_the_seeds_it_drops(headings)
 
 @pytest.fixture(scope="module")
 def forks(session_cache) -> TextWorldFamily:
-    """tw-fork (envs/textworld_maps.py): a corridor north to a fork, the side told only by the start room's sign."""
+    """tw-fork (envs/textworld/maps.py): a corridor north to a fork, the side told only by the start room's sign."""
     cfg = EnvConfig(challenges=["tw-fork_east:route=hidden", "tw-fork_west:route=hidden"], train_seeds=[1, 4],
                     max_steps=5, history=1, routing_obs_chars=200)
     fam = TextWorldFamily(cfg, session_cache)
@@ -348,7 +352,7 @@ def forks(session_cache) -> TextWorldFamily:
 
 
 def test_a_fork_tells_its_side_only_in_the_first_room(forks):
-    from talentrl_core.envs.textworld_maps import fork_commands, sign
+    from talentrl_core.envs.textworld.maps import fork_commands, sign
 
     env = forks.make()
     tasks = forks.tasks("train")
@@ -386,10 +390,10 @@ def test_headings_take_their_own_side_of_the_fork_and_lose_the_other(forks):
 def test_the_router_sees_the_first_observation_when_asked(forks, knowledge, runs):
     """env.routing_obs_chars puts the first observation (without the repeated goal) into the routing prompt, the same
     text in the rollout's routing call and in SFT's routing sample; 0 keeps the goal-only prompt."""
-    from talentrl_core.envs.textworld_maps import sign
+    from talentrl_core.envs.textworld.maps import sign
     from talentrl_core.prompts import routing_view
     from talentrl_core.rl.static_knowledge import StaticKnowledge
-    from talentrl_core.rollout import RandomPolicy
+    from talentrl_core.policies import RandomPolicy
 
     bank = {"talents": {"textworld": [
         {"talent_id": "T1", "name": "northeast", "when_to_apply": "east", "strategy": "take east", "skill_ids": []},

@@ -3,7 +3,8 @@
 Importing this package is cheap: matplotlib is imported only when a plot is drawn.
 """
 
-from .report import EpisodeResult, build_metrics, render_markdown, routing_confusion, validate_metrics, write_report
+from .metrics import EpisodeResult, build_metrics, routing_confusion, validate_metrics
+from .report import render_markdown, write_report
 from .stats import avg_at_k, bootstrap_ci, intervals_overlap, wilson_ci
 
 __all__ = [

@@ -1,95 +1,30 @@
-"""Evaluation metrics, their schema, and the report (DESIGN.md §6).
-
-Input: one ``EpisodeResult`` per evaluated episode. ``sample_idx == 0`` is the greedy episode of a task;
-``sample_idx > 0`` are sampled attempts, used only for avg@k. Output of ``build_metrics`` (more keys may
-appear at every level, these are guaranteed and checked by ``validate_metrics``)::
-
-    {"schema": 1,
-     "systems": {SYSTEM: {PANEL: {"success": float,        # greedy success rate
-                                  "ci95": [lo, hi],        # 95% interval (Wilson or bootstrap)
-                                  "n": int,                # greedy episodes
-                                  "ci_method": str, "mean_reward": float, "tokens_per_episode": float,
-                                  "errors": int,           # episodes that ended in an environment error
-                                  "invalid_rate": float,   # invalid actions / policy steps
-                                  "per_task_type": {TYPE: {"success", "ci95", "n", "tokens_per_episode"}},
-                                  "avg_at_k": {"k", "k_min", "value", "ci95", "n_tasks"},   # sampled only
-                                  "routing_accuracy": float, "routing_n": int}}},         # oracle known
-     "paired": {PANEL: {"A vs B": {"a_only", "b_only", "both", "neither", "n", "p_mcnemar"}}},
-     "training": {SYSTEM: {"updates": int, "reward_first": float, "reward_last": float, ...}}}   # RL systems
-
-``training`` (optional) summarises each RL checkpoint's own per-update history (``training_summary``): the
-reward trend, and for TalentRL the routing diagnostics that say whether the talent term could act at all.
-
-``paired`` compares two systems on the tasks both ran (greedy): the method's comparisons of
-``PAIRED_COMPARISONS`` whenever both systems were evaluated on the panel.
+"""The evaluation report (DESIGN.md §6): ``metrics.json``, ``headline.json``, ``report.md`` and PNG plots of the
+metrics ``metrics.build_metrics`` aggregates.
 
 ``write_report`` writes ``metrics.json`` (DVC metrics), ``report.md`` and PNG plots into one folder, each
 file atomically. Plots use matplotlib's object API on the Agg canvas (no pyplot, no global backend).
+The Markdown opens with the headline and the verdicts, then one section per table (``render_markdown``).
 
 Run: ``write_report(build_metrics(results), out_dir, confusion=routing_confusion(results))``.
 """
 
 from __future__ import annotations
 
-import math
 import re
-from collections import defaultdict
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence, Union
-
-import numpy as np
+from typing import Iterable, Mapping, Optional, Sequence, Union
 
 from ..io import write_json, write_text
-from .markdown import md_table
+from ..systems import HEADLINE_PAIRS, SYSTEMS
 from .headline import headline, rl_curves_csv
-from .schema import check as check_schema
+from .markdown import md_table
+from .metrics import validate_metrics
 from .plots import plot_confusion, plot_rl_curves, plot_success_by_panel, plot_success_by_task_type, save_png
+from .stats import intervals_overlap
 from .talent_effect import plot_strategy_matrix, talent_section, verdicts
-from ..systems import HEADLINE_PAIRS, PAIRED_COMPARISONS, SYSTEMS
-from .stats import avg_at_k, bootstrap_ci, intervals_overlap, paired_counts, wilson_ci
-
-SCHEMA_VERSION = 1
 
 SYSTEM_ORDER = list(SYSTEMS)
 "Table and plot order of the known systems (``systems.SYSTEMS``); others follow alphabetically."
-
-
-@dataclass
-class EpisodeResult:
-    system: str
-    "Which system was evaluated (EvalConfig.systems)."
-    panel: str
-    "Fixed task panel (textworld, alfworld_valid_seen, qa_nq, ...)."
-    task_id: str
-    "Deterministic task id (Task.task_id)."
-    task_type: str
-    "Task type within the panel."
-    success: bool
-    "Episode won."
-    reward: float
-    "Final reward."
-    tokens: int
-    "Generated tokens in the episode."
-    chosen_talent: Optional[str] = None
-    "Talent the system routed to (None: no routing)."
-    oracle_talent: Optional[str] = None
-    "Best talent for the task where known (None: unknown)."
-    sample_idx: int = 0
-    "0: the greedy episode; > 0: a sampled attempt (avg@k)."
-    error: bool = False
-    "The episode ended in an environment error (crash or timeout): it counts as a failure and is reported."
-    n_steps: int = 0
-    "Policy steps (routing included)."
-    n_invalid: int = 0
-    "Steps whose action was unparseable or inadmissible."
-    route_p: Optional[float] = None
-    ("Probability the policy gave the talent it chose, under the menu constraint (None: the talent was not the "
-     "policy's choice). Near 1 on every task: a sure router, which RL's routing contrasts barely move.")
-
-
-SCORE_PANELS = ("webshop",)
-"Panels whose literature reports a score (mean final reward x 100) next to the success rate."
 
 
 def score_section(metrics: Mapping, systems: list[str], panels: list[str]) -> list[str]:
@@ -105,211 +40,10 @@ def score_section(metrics: Mapping, systems: list[str], panels: list[str]) -> li
             "bootstrap over tasks. Success above is reward 1.0.", "", md_table(["system"] + shown, rows), ""]
 
 
-def _as_result(r: Union[EpisodeResult, Mapping[str, Any]]) -> EpisodeResult:
-    return r if isinstance(r, EpisodeResult) else EpisodeResult(**dict(r))
-
-
 def _order_systems(names: Iterable[str]) -> list[str]:
     names = list(dict.fromkeys(names))
     known = [s for s in SYSTEM_ORDER if s in names]
     return known + sorted(s for s in names if s not in SYSTEM_ORDER)
-
-
-def _interval(successes: list[bool], ci: str, z: float, n_boot: int, seed: int) -> list[float]:
-    if ci == "wilson":
-        lo, hi = wilson_ci(int(sum(successes)), len(successes), z=z)
-    elif ci == "bootstrap":
-        lo, hi = bootstrap_ci([float(s) for s in successes], n_boot=n_boot, seed=seed)
-    else:
-        raise ValueError(f"ci={ci!r}: choose wilson or bootstrap")
-    return [float(lo), float(hi)]
-
-
-def _success_block(eps: list[EpisodeResult], ci: str, z: float, n_boot: int, seed: int) -> dict:
-    succ = [bool(e.success) for e in eps]
-    steps = sum(e.n_steps for e in eps)
-    return {
-        "success": float(np.mean(succ)),
-        "ci95": _interval(succ, ci, z, n_boot, seed),
-        "n": int(len(succ)),
-        "tokens_per_episode": float(np.mean([e.tokens for e in eps])),
-        "errors": int(sum(bool(e.error) for e in eps)),
-        "invalid_rate": float(sum(e.n_invalid for e in eps) / steps) if steps else 0.0,
-    }
-
-
-def build_metrics(
-    results: Iterable[Union[EpisodeResult, Mapping[str, Any]]],
-    ci: str = "wilson",
-    z: float = 1.96,
-    n_boot: int = 2000,
-    seed: int = 0,
-) -> dict:
-    """Aggregate per-episode results into the metrics dict (module docstring; DESIGN.md §6).
-
-    Success, its interval, tokens and per-task-type numbers use greedy episodes (``sample_idx == 0``);
-    ``avg_at_k`` uses the sampled ones (``sample_idx > 0``) with a percentile bootstrap over tasks.
-
-    Args:
-        results: ``EpisodeResult`` records (or dicts with its fields).
-        ci: interval of greedy success: ``"wilson"`` or ``"bootstrap"`` (``EvalConfig.ci``).
-        z: normal quantile of the Wilson interval (1.96 for 95%).
-        n_boot, seed: bootstrap resamples and seed (avg@k always; success when ``ci="bootstrap"``).
-
-    Raises:
-        ValueError: no results; a (system, panel) with sampled but no greedy episodes; the same
-            (system, panel, task_id, sample_idx) twice.
-    """
-    rs = [_as_result(r) for r in results]
-    if not rs:
-        raise ValueError("build_metrics got no episode results")
-    seen: set[tuple] = set()
-    cells: dict[tuple[str, str], list[EpisodeResult]] = defaultdict(list)
-    for r in rs:
-        key = (r.system, r.panel, r.task_id, int(r.sample_idx))
-        if key in seen:
-            raise ValueError(f"duplicate episode result {key}: one greedy episode and distinct sample indices per task")
-        seen.add(key)
-        cells[(r.system, r.panel)].append(r)
-
-    systems: dict[str, dict] = {}
-    for (system, panel), eps in sorted(cells.items()):
-        greedy = [e for e in eps if e.sample_idx == 0]
-        sampled = [e for e in eps if e.sample_idx > 0]
-        if not greedy:
-            raise ValueError(f"system {system!r} panel {panel!r} has no greedy (sample_idx 0) episodes")
-        block = _success_block(greedy, ci, z, n_boot, seed)
-        block["ci_method"] = ci
-        block["mean_reward"] = float(np.mean([e.reward for e in greedy]))
-        if panel in SCORE_PANELS:
-            lo, hi = bootstrap_ci([100.0 * e.reward for e in greedy], n_boot=n_boot, seed=seed)
-            block["score"], block["score_ci95"] = 100.0 * block["mean_reward"], [lo, hi]
-        by_type: dict[str, list[EpisodeResult]] = defaultdict(list)
-        for e in greedy:
-            by_type[e.task_type].append(e)
-        block["per_task_type"] = {t: _success_block(v, ci, z, n_boot, seed) for t, v in sorted(by_type.items())}
-        if sampled:
-            by_task: dict[str, list[float]] = defaultdict(list)
-            for e in sampled:
-                by_task[e.task_id].append(float(e.success))
-            per_task = list(by_task.values())
-            lo, hi = bootstrap_ci([float(np.mean(v)) for v in per_task], n_boot=n_boot, seed=seed)
-            block["avg_at_k"] = {
-                "k": int(max(len(v) for v in per_task)),
-                "k_min": int(min(len(v) for v in per_task)),
-                "value": avg_at_k(per_task),
-                "ci95": [lo, hi],
-                "n_tasks": int(len(per_task)),
-            }
-        routed = [e for e in greedy if e.oracle_talent is not None and e.chosen_talent is not None]
-        if routed:
-            block["routing_accuracy"] = float(np.mean([e.chosen_talent == e.oracle_talent for e in routed]))
-            block["routing_n"] = int(len(routed))
-        systems.setdefault(system, {})[panel] = block
-    return {"schema": SCHEMA_VERSION, "ci_level": 0.95, "systems": systems, "paired": paired_comparisons(rs)}
-
-
-TRAINING_KEYS = {"rollout/reward": "reward", "route/contrast": "contrast", "route/divergence": "divergence",
-                 "route/entropy": "entropy", "rl/kl": "kl", "rl/clip_frac": "clip_frac"}
-
-
-def training_summary(history: list[Mapping[str, Any]]) -> dict:
-    """Summarise an RL run's per-update metrics (``talentrl_meta.json["history"]``) for the report.
-
-    ``reward_first`` / ``reward_last``: mean rollout reward over the first and last third of the updates
-    (at least one each); ``<name>_mean`` for each of ``TRAINING_KEYS`` the history has; for the routing
-    term ``contrast_zero_share``, the share of updates whose routing contrast was exactly 0 (the talent
-    choice got no credit), and ``entropy_first`` / ``entropy_last``.
-
-    >>> h = [{"rollout/reward": r, "route/contrast": c, "route/entropy": e}
-    ...      for r, c, e in [(0.1, 0.0, 0.69), (0.2, 0.5, 0.6), (0.3, 0.0, 0.5)]]
-    >>> s = training_summary(h)
-    >>> (s["updates"], s["reward_first"], s["reward_last"], round(s["contrast_zero_share"], 3), s["entropy_last"])
-    (3, 0.1, 0.3, 0.667, 0.5)
-    >>> training_summary([])
-    {'updates': 0}
-    """
-    out: dict[str, Any] = {"updates": len(history)}
-    if not history:
-        return out
-    third = max(1, len(history) // 3)
-    for key, name in TRAINING_KEYS.items():
-        vals = [float(h[key]) for h in history if _is_num(h.get(key))]
-        if vals:
-            out[f"{name}_mean"] = float(np.mean(vals))
-    rewards = [float(h["rollout/reward"]) for h in history if _is_num(h.get("rollout/reward"))]
-    if rewards:
-        out["reward_first"] = float(np.mean(rewards[:third]))
-        out["reward_last"] = float(np.mean(rewards[-third:]))
-    contrast = [float(h["route/contrast"]) for h in history if _is_num(h.get("route/contrast"))]
-    if contrast:
-        out["contrast_zero_share"] = float(np.mean([c == 0.0 for c in contrast]))
-    entropy = [float(h["route/entropy"]) for h in history if _is_num(h.get("route/entropy"))]
-    if entropy:
-        out["entropy_first"], out["entropy_last"] = entropy[0], entropy[-1]
-    return out
-
-
-def paired_comparisons(results: Iterable[EpisodeResult], pairs: Iterable[tuple[str, str]] = PAIRED_COMPARISONS) -> dict:
-    """Per panel, ``"A vs B"`` → discordant counts and the exact McNemar p on the tasks both ran greedily."""
-    greedy: dict[tuple[str, str], dict[str, bool]] = defaultdict(dict)
-    for r in results:
-        if r.sample_idx == 0:
-            greedy[(r.panel, r.system)][r.task_id] = bool(r.success)
-    out: dict[str, dict] = {}
-    for panel in sorted({p for p, _ in greedy}):
-        for a, b in pairs:
-            ra, rb = greedy.get((panel, a)), greedy.get((panel, b))
-            if ra and rb:
-                out.setdefault(panel, {})[f"{a} vs {b}"] = paired_counts(ra, rb)
-    return out
-
-
-def routing_confusion(results: Iterable[Union[EpisodeResult, Mapping[str, Any]]]) -> dict[str, dict[str, dict[str, int]]]:
-    """Counts of chosen vs oracle talent per system: ``{system: {oracle: {chosen: count}}}``.
-
-    Greedy episodes where both talents are known; systems without any such episode are left out.
-
-    >>> rs = [EpisodeResult("talentrl", "tw", f"t{i}", "a", True, 1.0, 5, c, o)
-    ...       for i, (c, o) in enumerate([("T1", "T1"), ("T2", "T1"), ("T2", "T2")])]
-    >>> routing_confusion(rs)
-    {'talentrl': {'T1': {'T1': 1, 'T2': 1}, 'T2': {'T2': 1}}}
-    """
-    out: dict[str, dict[str, dict[str, int]]] = {}
-    for r in map(_as_result, results):
-        if r.sample_idx != 0 or r.chosen_talent is None or r.oracle_talent is None:
-            continue
-        row = out.setdefault(r.system, {}).setdefault(r.oracle_talent, {})
-        row[r.chosen_talent] = row.get(r.chosen_talent, 0) + 1
-    return out
-
-
-# ----------------------------------------------------------------------------------------------------
-# validation
-
-
-def _is_num(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def validate_metrics(d: Any) -> dict:
-    """Check the metrics dict's shape (``evaluation.schema``, pydantic); raise ``ValueError`` naming the bad path.
-
-    Paths are dotted, e.g. ``systems.talentrl.textworld.ci95``. Returns ``d`` unchanged.
-
-    >>> validate_metrics({"schema": 1, "systems": {"s": {"p": {"success": 0.5, "ci95": [0.2, 0.8], "n": 4}}}})["schema"]
-    1
-    >>> validate_metrics({"schema": 1, "systems": {"s": {"p": {"success": 0.5, "ci95": [0.2], "n": 4}}}})
-    Traceback (most recent call last):
-    ...
-    ValueError: systems.s.p.ci95.1: Field required, got [0.2]
-    """
-    check_schema(d)
-    return d  # type: ignore[return-value]
-
-
-# ----------------------------------------------------------------------------------------------------
-# report
 
 
 def _fmt(b: Mapping) -> str:
@@ -587,12 +321,4 @@ def write_report(
     return written
 
 
-__all__ = [
-    "EpisodeResult",
-    "build_metrics",
-    "routing_confusion",
-    "training_summary",
-    "validate_metrics",
-    "write_report",
-    "render_markdown",
-]
+__all__ = ["render_markdown", "write_report"]

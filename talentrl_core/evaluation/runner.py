@@ -26,7 +26,8 @@ from ..envs.registry import FAMILIES, panel_family
 from ..io import read_json, write_text
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
-from .report import EpisodeResult, build_metrics, routing_confusion, training_summary, write_report
+from .metrics import EpisodeResult, build_metrics, routing_confusion, training_summary
+from .report import write_report
 from ..systems import CHECKPOINTS, NO_CHECKPOINT, RL_CHECKPOINTS, system_spec
 from .talent_effect import matrix_from_labels, talent_metrics
 
@@ -60,7 +61,7 @@ def panel_env(cfg: TalentRLConfig, panel: str) -> tuple[EnvConfig, str]:
 
 def floor_policy(spec, seed: int):
     """The acting policy of a zero-parameter system (``systems.FLOORS``, ``strategy:<name>``)."""
-    from ..rollout import ExpertPolicy, RandomPolicy
+    from ..policies import ExpertPolicy, RandomPolicy
 
     if spec.policy == "random":
         return RandomPolicy(seed)

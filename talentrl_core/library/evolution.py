@@ -24,7 +24,8 @@ import numpy as np
 from ..config import LibraryConfig
 from ..trajectories import Trajectory
 from .common import require_train, usable
-from .distill_offline import Miner, _rank_key, featurize, render_skill
+from .distill_offline import render_skill
+from .mining import Miner, featurize, rank_key
 from .schema import SkillRecord, TalentRecord
 from .store import Library
 
@@ -60,7 +61,7 @@ def propose_candidates(
         return []
     mined = Miner([featurize(t, env, cfg.max_pattern_len) for t in trajs], cfg).mine()
     mined = [m for m in mined if m.kind in ("mistake", "specific") and weak & set(m.task_types)]
-    mined.sort(key=lambda m: (m.kind != "mistake",) + _rank_key(m))
+    mined.sort(key=lambda m: (m.kind != "mistake",) + rank_key(m))
     instead = {tt: m.pattern for m in mined if m.kind == "specific" for tt in m.task_types}
     existing = library.skills(env)
     have = {s.skill_id for s in existing}

@@ -28,7 +28,7 @@ import torch
 
 from ..generation import TokenTrie, completion_trie, constrained_mask
 from ..prompts import CHAT_TEMPLATE_KWARGS
-from ..rollout import action_completions
+from ..policies import action_completions
 from ..trajectories import Trajectory
 
 

@@ -404,7 +404,7 @@ def build_policy(cfg: TalentRLConfig, model, tok, init_checkpoint: str):
     from ..agent import make_generator
     from ..config import Decoding
     from ..generation import TransformersGenerator
-    from ..rollout import LLMPolicy
+    from ..policies import LLMPolicy
 
     gen = make_generator(cfg, model, tok, init_checkpoint)
     # The generator keeps the last (max_context - max_new_tokens) prompt tokens: samples must too.

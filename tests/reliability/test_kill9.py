@@ -21,12 +21,21 @@ from pathlib import Path
 
 import pytest
 
+from talentrl_core.paths import ArtifactPaths
+from talentrl_core.stages import STAGES as PIPELINE_STAGES
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ["collect", "distill", "sft", "rl"]
-UPSTREAM = {"collect": [], "distill": ["trajectories"], "sft": ["trajectories", "library"],
-            "rl": ["trajectories", "library", "models/base", "models/sft"]}
+STAGES = [s for s in PIPELINE_STAGES if s != "evaluate"]
+"""The stages killed, in chain order (``talentrl_core.stages.STAGES``): every one but evaluate, which keeps nothing
+between runs (a killed evaluation runs again from the start)."""
+_REL = ArtifactPaths(Path())
+CACHES = {"sft": [str(_REL.base_model)]}
+"Deterministic caches a stage builds beside its outputs (sft: the tiny base model and tokenizer); copied like them."
+UPSTREAM = {s: [str(getattr(_REL, attr)) for up in STAGES[:i] for _, attr in PIPELINE_STAGES[up].outputs] +
+            [c for up in STAGES[:i] for c in CACHES.get(up, [])] for i, s in enumerate(STAGES)}
+"What each stage reads: the outputs (and caches) of the stages before it, copied from the reference run."
 TINY = [
     "experiment=demo", "env.train_seeds=[1,6]", "collect.random_episodes=4", "collect.workers=1",
     "model.hidden_size=32", "model.num_hidden_layers=2", "model.num_attention_heads=2", "model.num_key_value_heads=1",

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from talentrl_core.envs.qa_retrieval import RetrievalServerError, parse_retrieve_response
+from talentrl_core.envs.qa.serving import RetrievalServerError, parse_retrieve_response
 from talentrl_core.library.distill_teacher import extract_json
 from talentrl_core.prompts import parse_action, parse_qa, parse_talent
 

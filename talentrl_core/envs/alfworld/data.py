@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from ...benchdata import data_path
 from ...io import atomic_dir
 
 FAMILY = "alfworld"
@@ -41,16 +42,13 @@ class AlfworldDataError(RuntimeError):
 
 
 def resolve_archive(path: str) -> Path:
-    """``EnvConfig.alfworld_archive`` as a path. An unresolved ``${data_dir}`` (config built without
-    Hydra) is filled from ``$TALENTRL_DATA_DIR`` when that is set, otherwise it is an error."""
-    if "${data_dir}" in path and os.environ.get("TALENTRL_DATA_DIR"):
-        path = path.replace("${data_dir}", os.environ["TALENTRL_DATA_DIR"])
-    if "${" in path:
-        raise AlfworldDataError(
-            f"env.alfworld_archive={path!r} has an unresolved interpolation: compose the config with Hydra, "
-            "pass a real path, or set TALENTRL_DATA_DIR"
-        )
-    return Path(path).expanduser()
+    """``EnvConfig.alfworld_archive`` as a path (``benchdata.data_path``: ``${data_dir}`` of a config built without
+    Hydra is the data folder); any other unresolved interpolation is an ``AlfworldDataError``."""
+    try:
+        return data_path(path)
+    except ValueError as e:
+        raise AlfworldDataError(f"env.alfworld_archive={path!r} has an unresolved interpolation: compose the config "
+                                "with Hydra or pass a real path") from e
 
 
 def parse_game_key(key: str) -> dict[str, str]:

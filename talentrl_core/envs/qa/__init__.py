@@ -34,7 +34,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    **dict.fromkeys(("ENV_NAME", "EVAL_SETS", "CONTEXT_SETS", "QADataError", "QAExample", "qa_data_dir", "resolve_path",
+    **dict.fromkeys(("ENV_NAME", "EVAL_SETS", "CONTEXT_SETS", "QADataError", "QAExample", "qa_data_dir",
                      "iter_records", "normalize_row", "load_qa_file", "load_eval_set", "load_context_set", "load_train",
                      "infer_train_source"), "data"),
     **dict.fromkeys(("QAFamily", "QAEnv", "INVALID_QA_OBS"), "env"),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Union
 
+from ...benchdata import data_dir as benchdata_dir
 from ...io import iter_jsonl
 from ..base import Task
 
@@ -69,22 +70,9 @@ class QAExample:
 
 
 def qa_data_dir(data_dir: Union[str, os.PathLike, None] = None) -> Path:
-    """The ``qa`` folder of the data dir (argument, else $TALENTRL_DATA_DIR, else ../shared/data)."""
-    return Path(data_dir if data_dir is not None else os.environ.get("TALENTRL_DATA_DIR", "../shared/data")) / "qa"
-
-
-def resolve_path(value: str, data_dir: Union[str, os.PathLike, None] = None) -> Path:
-    """Substitute ``${data_dir}`` in a config string not yet composed by Hydra.
-
-    >>> str(resolve_path("${data_dir}/qa/x.jsonl", "/d"))
-    '/d/qa/x.jsonl'
-    """
-    if "${data_dir}" in value:
-        base = data_dir if data_dir is not None else os.environ.get("TALENTRL_DATA_DIR", "../shared/data")
-        value = value.replace("${data_dir}", str(base))
-    if "${" in value:
-        raise ValueError(f"{value!r}: unresolved interpolation (compose the config with Hydra first)")
-    return Path(value)
+    """The ``qa`` folder of the data dir (``benchdata.data_dir``: argument, else $TALENTRL_DATA_DIR, else
+    ../shared/data)."""
+    return benchdata_dir(data_dir) / "qa"
 
 
 def _data_root(path: Path) -> Optional[Path]:

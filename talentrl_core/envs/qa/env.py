@@ -9,9 +9,10 @@ import re
 from pathlib import Path
 from typing import Callable, Optional, Union
 
+from ...benchdata import data_path
 from ...config import EnvConfig
 from ..base import EnvFamily, StepResult, Task
-from .data import CONTEXT_SETS, ENV_NAME, EVAL_SETS, QAExample, load_context_set, load_eval_set, load_train, qa_data_dir, resolve_path
+from .data import CONTEXT_SETS, ENV_NAME, EVAL_SETS, QAExample, load_context_set, load_eval_set, load_train, qa_data_dir
 from .retrieval import BM25Retriever, Retriever, format_passages, paragraphs_to_passages
 from .scoring import exact_match, extract_answer, f1, substring_match
 from .serving import build_retriever
@@ -67,7 +68,7 @@ class QAFamily(EnvFamily):
         """The questions of a split in file order (cached)."""
         if split not in self._examples:
             if split == "train":
-                exs = load_train(resolve_path(self.cfg.qa_train_file, self.data_dir))
+                exs = load_train(data_path(self.cfg.qa_train_file, self.data_dir))
             elif split == "eval":
                 exs = [ex for s in self.cfg.qa_eval_sets for ex in self.examples(s)]
             elif split in EVAL_SETS:
@@ -99,7 +100,7 @@ class QAFamily(EnvFamily):
     def corpus_retriever(self) -> Retriever:
         """The retriever for questions without paragraphs, built on first use from ``env.retriever``."""
         if self._retriever is None:
-            corpus = resolve_path(self.cfg.corpus, self.data_dir) if self.cfg.retriever != "http" else ""
+            corpus = data_path(self.cfg.corpus, self.data_dir) if self.cfg.retriever != "http" else ""
             self._retriever = build_retriever(
                 self.cfg.retriever, corpus, cache_dir=self.cache_dir, url=self.cfg.retriever_url
             )

@@ -148,7 +148,7 @@ class TextWorldEnv:
         return StepResult(obs, float(reward), self._done, won, info)
 
     def strategy_action(self, name: str) -> Optional[str]:
-        """The next command of the registered strategy expert ``name`` (``textworld_strategies``)."""
+        """The next command of the registered strategy expert ``name`` (``strategies``)."""
         self._require()
         if self._done:
             return None

@@ -15,7 +15,7 @@ from .strategies import HEADINGS
 
 FAMILY = "textworld"
 CHALLENGES = ("tw-coin_collector", "tw-treasure_hunter", "tw-simple", "tw-cooking") + tuple(MAPS)
-"TextWorld's generated challenges, then the hand-built maps of ``textworld_maps``."
+"TextWorld's generated challenges, then the hand-built maps of ``maps``."
 SPLITS = ("train", "eval")
 _SAFE = re.compile(r"^[A-Za-z0-9_.=,-]+$")
 _TRUE = {"1", "true", "yes", "on"}
@@ -64,7 +64,7 @@ def canonical_settings(settings: str) -> str:
 ENV_OPTIONS = {"route": ("stated", "hidden", "hint"), "quadrant": ("any",) + tuple(HEADINGS)}
 """Settings the environment applies itself (not TextWorld's generator); the game file is the one without them.
 
-* ``route=hidden`` shows the goal without its directions (``textworld_strategies.hide_route``); ``route=hint``
+* ``route=hidden`` shows the goal without its directions (``strategies.hide_route``); ``route=hint``
   replaces them with the set of directions the route uses ("every step of it goes north or east",
   ``hint_route``).
 * ``quadrant=ne|sw|nw|se`` keeps only the seeds whose walkthrough moves stay in that quadrant
@@ -98,7 +98,7 @@ def _is_flag_name(key: str) -> bool:
 
 
 def challenge_entry(challenge: str) -> tuple[str, Callable, Callable]:
-    """(description, make, add_arguments) of a challenge: one of ``textworld_maps.MAPS`` or TextWorld's own."""
+    """(description, make, add_arguments) of a challenge: one of ``maps.MAPS`` or TextWorld's own."""
     import textworld.challenges
 
     if challenge in MAPS:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ...benchdata import data_path
 from ...config import EnvConfig
 from ..base import INVALID_ACTION_OBS, EnvFamily, StepResult, Task
 from ..strategies import EpisodeView, get_strategy
@@ -65,8 +66,8 @@ class WebShopCatalogue:
     """Products, goals, split and search index of one catalogue, loaded once per process and shared by envs."""
 
     def __init__(self, cfg: EnvConfig, cache_dir: Path):
-        self.products: dict[str, Product] = load_catalogue(cfg.webshop_products)
-        instructions = load_instructions(cfg.webshop_instructions)
+        self.products: dict[str, Product] = load_catalogue(data_path(cfg.webshop_products))
+        instructions = load_instructions(data_path(cfg.webshop_instructions))
         self.seed = cfg.webshop_seed
         self.goals = synthetic_goals(self.products, instructions, self.seed)
         if not 1 <= cfg.webshop_n_test + cfg.webshop_n_dev < len(self.goals):  # else train is empty: 0 episodes
@@ -79,7 +80,7 @@ class WebShopCatalogue:
         self.prices = {a: displayed_price(p, self.seed) for a, p in self.products.items()}
         index_dir = None  # only the mmap backend saves an index (named by the catalogue's hash: read only then)
         if cfg.webshop_index == "mmap":
-            index_dir = cache_dir / FAMILY / f"bm25-{catalogue_fingerprint(cfg.webshop_products)}"
+            index_dir = cache_dir / FAMILY / f"bm25-{catalogue_fingerprint(data_path(cfg.webshop_products))}"
         self.index = SearchIndex(self.products, backend=cfg.webshop_index, index_dir=index_dir)
 
 

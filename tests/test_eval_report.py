@@ -341,3 +341,20 @@ def test_report_opens_with_its_headline_and_verdicts_before_the_tables():
     assert "- `textworld`: oracle_talent 1.000" in render_markdown(sft_only).split("## Verdicts")[0]
     one = build_metrics([r for r in rs if r.system == "talent_sft"])
     assert render_markdown(one).splitlines()[6] == "- `textworld`: best greedy success talent_sft 0.600 [0.387, 0.781] (n = 20)."
+
+
+def test_learning_curve_reads_every_saved_sft_checkpoint_by_step(tmp_path):
+    from talentrl_core.evaluation.curve import curve_checkpoints
+    from talentrl_core.paths import ArtifactPaths
+
+    from pipeline.config import load_config
+
+    paths = ArtifactPaths.of(load_config([f"artifacts_dir={tmp_path}"]))
+    with pytest.raises(ValueError, match=r"no SFT checkpoint under .*sft\.work: run the sft stage"):
+        curve_checkpoints(paths)
+    work = paths.sft_checkpoint.with_name(paths.sft_checkpoint.name + ".work")
+    for step in (300, 100, 20):
+        (work / f"checkpoint-{step}").mkdir(parents=True)
+        (work / f"checkpoint-{step}" / "config.json").write_text("{}")
+    (work / "checkpoint-400").mkdir()  # being written: no config yet
+    assert [s for s, _ in curve_checkpoints(paths)] == [20, 100, 300]

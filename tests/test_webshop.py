@@ -351,3 +351,25 @@ def test_floors_and_the_teacher_are_evaluated_beside_the_systems(shared_data, tm
     assert sum(r["reward"] for r in by["strategy:rank_order"].values()) > sum(r["reward"] for r in by["random_action"].values())
     with pytest.raises(ConfigError, match="random_action.*strategy:<name>"):
         load_config(["eval.systems=[rule_options]"])
+
+
+def test_teacher_forced_accuracy_counts_each_decision(choice_family):
+    """pipeline.decisions' wrapper: the teacher's command is played whatever the policy says, and each decision is
+    scored against it: the teacher itself scores 1.0 on every class, a random admissible command less, on the same
+    trajectories (the teacher's)."""
+    from talentrl_core.envs.webshop.spec import action_template
+    from talentrl_core.evaluation.decisions import TeacherForced
+    from talentrl_core.policies import ExpertPolicy, RandomPolicy
+    from talentrl_core.rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
+
+    tasks = choice_family.tasks("test")[:10]
+    out = {}
+    for name, inner in (("teacher", ExpertPolicy("rank_order")), ("random", RandomPolicy(0))):
+        wrapper = TeacherForced(inner, "rank_order", action_template)
+        trajs = run_episodes(choice_family.make, [EpisodeSpec(t, seed=i) for i, t in enumerate(tasks)], wrapper,
+                             RolloutSettings(max_steps=15), NoKnowledge(), 4, False)
+        out[name] = ([[s.action for s in t.steps] for t in trajs], wrapper.records)
+    assert out["teacher"][0] == out["random"][0]  # the teacher's trajectories either way
+    assert all(r["correct"] for r in out["teacher"][1]) and len(out["teacher"][1]) == sum(map(len, out["teacher"][0]))
+    assert {r["decision"] for r in out["teacher"][1]} >= {"search[{query}]", "click[{product}]", "click[buy now]"}
+    assert 0 < sum(r["correct"] for r in out["random"][1]) < len(out["random"][1])

@@ -64,13 +64,13 @@ def accuracy_table(records: Sequence[dict]) -> dict:
 def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, load_policy, progress: bool = False
                    ) -> tuple[list[dict], dict]:
     """(records, table): ``checkpoint`` named the teacher's every command on ``panel``'s tasks, given the talent
-    distilled from that teacher (``knowledge`` a flat=False library view)."""
+    distilled from that teacher (``knowledge`` a flat=False library view; the library's strategy labels name it)."""
     from ..envs.registry import FAMILIES
     from ..rollout import EpisodeSpec, run_episodes
     from .runner import open_panel
 
     family, tasks, settings = open_panel(cfg, panel, progress)
-    talents = {t.strategy: t.talent_id for t in knowledge.menu(family.name)}
+    talents = {l.strategy: l.talent_id for l in knowledge.lib.labels(family.name) if l.kind == "matrix" and l.strategy}
     if teacher not in talents:
         raise ValueError(f"no talent distilled from the strategy {teacher!r} in this library; "
                          f"choose from {sorted(k for k in talents if k)}")

@@ -373,3 +373,27 @@ def test_teacher_forced_accuracy_counts_each_decision(choice_family):
     assert all(r["correct"] for r in out["teacher"][1]) and len(out["teacher"][1]) == sum(map(len, out["teacher"][0]))
     assert {r["decision"] for r in out["teacher"][1]} >= {"search[{query}]", "click[{product}]", "click[buy now]"}
     assert 0 < sum(r["correct"] for r in out["random"][1]) < len(out["random"][1])
+
+
+def test_evaluations_of_disjoint_systems_merge_into_the_single_run(shared_data, tmp_path):
+    """pipeline.merge_eval: two evaluate runs of disjoint systems on the same goals give the metrics one run of all
+    of them gives (timings aside); a system in both runs is refused."""
+    from pipeline.config import load_config
+    from pipeline.merge_eval import merge
+    from talentrl_core.evaluation.runner import evaluate_all
+    from talentrl_core.rollout import NoKnowledge
+
+    def run(name: str, systems: str) -> Path:
+        cfg = load_config(["experiment=webshop", f"artifacts_dir={tmp_path / name}", f"data_dir={shared_data}",
+                           "eval.n_per_panel=10", f"eval.systems=[{systems}]", "tracker.mode=disabled"])
+        return Path(evaluate_all(cfg, lambda flat, checkpoint: NoKnowledge(), progress=False)["files"]["metrics.json"]).parent
+
+    a, b = run("a", "random_action,strategy:rule_first"), run("b", "strategy:rule_options")
+    whole = json.loads((run("whole", "random_action,strategy:rule_first,strategy:rule_options") / "metrics.json").read_text())
+    rows, merged = merge([a, b])
+    assert len(rows) == 30
+    assert set(merged) - {"merged_from"} == set(whole)
+    for key in set(whole) - {"perf"}:
+        assert merged[key] == whole[key], key
+    with pytest.raises(ValueError, match="strategy:rule_options is in both"):
+        merge([b, b])

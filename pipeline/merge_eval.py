@@ -1,0 +1,74 @@
+"""Merge evaluation runs of disjoint systems on the same panels into one report: evaluate the systems in parallel
+processes (or machines), each writing its own ``<artifacts>/eval``, then
+
+    .venv/bin/python -m pipeline.merge_eval artifacts/eval other/eval --out docs/results/x
+
+Every statistic is recomputed from the merged ``episodes.jsonl`` (``evaluation.build_metrics``, the same code the
+evaluate stage runs); the runs' timings, library versions and strategy matrices are carried over. Refused: a system
+in two runs, or panels whose tasks differ between runs (paired tests need the same tasks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from pipeline.errors import named_errors
+
+
+def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0) -> tuple[list[dict], dict]:
+    """(merged episode rows, metrics) of evaluation folders holding ``episodes.jsonl`` and ``metrics.json``;
+    ``ci`` and ``seed`` as the runs' ``eval.ci`` and ``eval.seed``."""
+    from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
+    from talentrl_core.evaluation.talent_effect import talent_metrics
+
+    rows, metas, owner, tasks = [], [], {}, {}
+    for run in runs:
+        got = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines() if line.strip()]
+        for system in sorted({r["system"] for r in got}):
+            if system in owner:
+                raise ValueError(f"{system} is in both {owner[system]} and {run}: merge runs of disjoint systems")
+            owner[system] = run
+        for panel in sorted({r["panel"] for r in got}):
+            ids = sorted({r["task_id"] for r in got if r["panel"] == panel})
+            if tasks.setdefault(panel, ids) != ids:
+                raise ValueError(f"panel {panel}: {run} evaluated other tasks than {runs[0]} (same config and "
+                                 "eval.seed give the same tasks)")
+        rows += got
+        metas.append(json.loads((run / "metrics.json").read_text()))
+    results = [EpisodeResult(**r) for r in rows]
+    metrics = build_metrics(results, ci=ci, seed=seed)
+    metrics["perf"] = {s: p for m in metas for s, p in (m.get("perf") or {}).items()}
+    metrics["library_versions"] = {s: v for m in metas for s, v in (m.get("library_versions") or {}).items()}
+    metrics["skipped_systems"] = {s: why for m in metas for s, why in (m.get("skipped_systems") or {}).items() if s not in owner}
+    metrics["zero_shot_model"] = next((m["zero_shot_model"] for m in metas if "zero_shot_model" in m), "")
+    matrices = {p: mx for m in metas for p, mx in ((m.get("talents") or {}).get("matrix") or {}).items()}
+    metrics["talents"] = talent_metrics(results, matrices)
+    metrics["merged_from"] = [str(r) for r in runs]
+    return rows, metrics
+
+
+@named_errors("pipeline.merge_eval")
+def main(argv: Sequence[str] | None = None) -> int:
+    from talentrl_core.evaluation.metrics import routing_confusion
+    from talentrl_core.evaluation.report import write_report
+    from talentrl_core.io import write_text
+
+    p = argparse.ArgumentParser(prog="python -m pipeline.merge_eval", description=__doc__.split("\n\n")[0])
+    p.add_argument("runs", nargs="+", type=Path, help="evaluation folders (episodes.jsonl + metrics.json)")
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--ci", default="wilson", help="the runs' eval.ci")
+    p.add_argument("--seed", type=int, default=0, help="the runs' eval.seed")
+    args = p.parse_args(argv)
+    rows, metrics = merge(args.runs, args.ci, args.seed)
+    write_report(metrics, args.out, confusion=routing_confusion(rows))
+    write_text(args.out / "episodes.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+    print(json.dumps({s: {p: round(b["success"], 3) for p, b in panels.items()} for s, panels in metrics["systems"].items()}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

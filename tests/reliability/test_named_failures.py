@@ -255,6 +255,6 @@ def test_an_out_of_range_webshop_test_count_is_refused(shared_data, tmp_path):
     cfg = EnvConfig(name=EnvName.webshop, webshop_n_test=7000,
                     webshop_products=str(shared_data / "webshop" / "minimal_documents_1000.jsonl"),
                     webshop_instructions=str(shared_data / "webshop" / "items_ins_v2_1000.json"))
-    with pytest.raises(ValueError, match=r"env.webshop_n_test=7000: must be in \[1, 6909\]"):
+    with pytest.raises(ValueError, match=r"env.webshop_n_test=7000 \+ env.webshop_n_dev=0: must be in \[1, 6909\]"):
         make_family(cfg, tmp_path).tasks("train")
 

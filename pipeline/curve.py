@@ -10,10 +10,7 @@ panel: the curve sizes the run.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from pathlib import Path
 from typing import Sequence
 
 from pipeline.errors import named_errors
@@ -21,32 +18,27 @@ from pipeline.errors import named_errors
 
 @named_errors("pipeline.curve")
 def main(argv: Sequence[str] | None = None) -> int:
-    from pipeline.config import ConfigError, load_config, refuse
+    from pipeline.diagnostic_cli import run_diagnostic
+    from talentrl_core.evaluation.curve import CURVE_SYSTEMS
+
+    def add_args(p):
+        p.add_argument("--panel", required=True, help="a held-out panel, e.g. webshop_dev")
+        p.add_argument("--systems", default=",".join(CURVE_SYSTEMS), help="comma-separated SFT systems")
+
+    return run_diagnostic("python -m pipeline.curve", __doc__, add_args, curve, argv)
+
+
+def curve(cfg, args):
     from talentrl_core.agent import load_policy
-    from talentrl_core.evaluation.curve import CURVE_SYSTEMS, learning_curve
-    from talentrl_core.io import write_json, write_text
+    from talentrl_core.evaluation.curve import learning_curve
     from talentrl_core.knowledge import open_knowledge
     from talentrl_core.paths import ArtifactPaths
     from talentrl_core.stages import pinned_library
 
-    p = argparse.ArgumentParser(prog="python -m pipeline.curve", description=__doc__.split("\n\n")[0])
-    p.add_argument("--panel", required=True, help="a held-out panel, e.g. webshop_dev")
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--systems", default=",".join(CURVE_SYSTEMS), help="comma-separated SFT systems")
-    p.add_argument("overrides", nargs="*")
-    args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.overrides)
-    except ConfigError as e:
-        return refuse(e)
     lib = pinned_library(cfg, ArtifactPaths.of(cfg).sft_checkpoint)
-    rows, metrics = learning_curve(cfg, args.panel, lambda flat: open_knowledge(lib, flat=flat),
-                                   lambda ckpt: load_policy(cfg, ckpt, temperature=0.0, name="curve")[0],
-                                   systems=[s for s in args.systems.split(",") if s], progress=True)
-    write_text(args.out / "episodes.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    write_json(args.out / "metrics.json", metrics)
-    print(json.dumps(metrics, indent=2))
-    return 0
+    return learning_curve(cfg, args.panel, lambda flat: open_knowledge(lib, flat=flat),
+                          lambda ckpt: load_policy(cfg, ckpt, temperature=0.0, name="curve")[0],
+                          systems=[s for s in args.systems.split(",") if s], progress=True)
 
 
 if __name__ == "__main__":

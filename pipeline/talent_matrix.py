@@ -10,8 +10,6 @@ gap and the expected oracle-minus-random gain it implies) into ``--out``.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -53,24 +51,14 @@ def summarise(rows: list[dict], checkpoint: str) -> dict:
 
 @named_errors("pipeline.talent_matrix")
 def main(argv: Sequence[str] | None = None) -> int:
-    from pipeline.config import ConfigError, load_config, refuse
-    from talentrl_core.io import write_json, write_text
+    from pipeline.diagnostic_cli import run_diagnostic
 
-    p = argparse.ArgumentParser(prog="python -m pipeline.talent_matrix", description=__doc__.split("\n\n")[0])
-    p.add_argument("--checkpoint", required=True)
-    p.add_argument("--out", required=True, type=Path)
-    p.add_argument("-n", type=int, default=0, help="tasks (default eval.n_per_panel)")
-    p.add_argument("overrides", nargs="*")
-    args = p.parse_args(argv)
-    try:
-        cfg = load_config(args.overrides)
-    except ConfigError as e:
-        return refuse(e)
-    rows, metrics = talent_matrix(cfg, args.checkpoint, args.n)
-    write_text(args.out / "episodes.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
-    write_json(args.out / "metrics.json", metrics)
-    print(json.dumps(metrics, indent=2))
-    return 0
+    def add_args(p):
+        p.add_argument("--checkpoint", required=True)
+        p.add_argument("-n", type=int, default=0, help="tasks (default eval.n_per_panel)")
+
+    return run_diagnostic("python -m pipeline.talent_matrix", __doc__, add_args,
+                          lambda cfg, args: talent_matrix(cfg, args.checkpoint, args.n), argv)
 
 
 if __name__ == "__main__":

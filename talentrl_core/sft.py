@@ -70,7 +70,7 @@ def training_order(data: SFTData, rows: list[dict], cfg: SFTConfig):
     from datasets import Dataset
 
     per_step = cfg.batch_size * cfg.grad_accum
-    repeats = [cfg.routing_weight if smp["kind"] == "route" else 1 for smp in data.samples]
+    repeats = [cfg.routing_weight * smp.get("weight", 1) if smp["kind"] == "route" else 1 for smp in data.samples]
     routes = [i for i, smp in enumerate(data.samples) if smp["kind"] == "route"]
     order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps + cfg.routing_warmup_steps,
                                 cfg.seed, repeats, first=cfg.routing_warmup_steps, first_rows=routes)

@@ -1,8 +1,10 @@
 """SFT samples (DESIGN.md §4): what talent-aware SFT trains on, built from successful trajectories and tokenised.
 
 From each *successful* trajectory:
-  * one routing sample: task + talent menu → ``<talent>ID</talent>`` (label = the trajectory's talent from
-    distillation);
+  * one routing sample: task + talent menu → ``<talent>ID</talent>``. ``sft.routing_labels=demonstrator`` (the
+    default): one per (task, label), labelled with the talent of the demonstration (its strategy's talent), counted
+    ``sft.demonstrator_habit[strategy]`` times; ``measured_best``: one per task, the talent that measured best on the
+    task's type (``routing_target``);
   * one execution sample per step whose skill context comes from ``Knowledge.context`` under that talent —
     the very function the rollout loop calls at inference, on the same library version.
 The builder reports and enforces: share of execution samples with ≥ 1 skill, label distribution,
@@ -17,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from .config import SFTConfig
+from .config import RoutingLabels, SFTConfig
 from .prompts import (CHAT_TEMPLATE_KWARGS, exec_context, execution_messages, format_action, format_talent, routing_prompt,
                       shown_id)
 from .rl.seeding import derive_seed
@@ -29,7 +31,8 @@ from .trajectories import Trajectory
 @dataclass
 class SFTData:
     samples: list[dict]
-    "Each {'messages': [system, user, assistant], 'kind': 'route'|'exec', 'task_id', 'talent_id', 'skill_ids'}."
+    ("Each {'messages': [system, user, assistant], 'kind': 'route'|'exec', 'task_id', 'talent_id', 'skill_ids'}; a "
+     "routing sample also has 'weight' (draws per epoch before sft.routing_weight).")
     report: dict = field(default_factory=dict)
 
 
@@ -78,6 +81,14 @@ def routing_label(knowledge: Knowledge, t: Trajectory) -> Optional[str]:
     return fn(t) if fn is not None else knowledge.label_for(t)
 
 
+def routing_target(knowledge: Knowledge, t: Trajectory, cfg: SFTConfig) -> tuple[Optional[str], tuple, int]:
+    """(label, dedup key, weight) of the routing sample ``t`` contributes (``sft.routing_labels``)."""
+    if cfg.routing_labels == RoutingLabels.measured_best:
+        return routing_label(knowledge, t), (t.task_id,), 1
+    label = knowledge.label_for(t)
+    return label, (t.task_id, label), int(cfg.demonstrator_habit.get(t.strategy or "", 1))
+
+
 def rendered_flat(t: Trajectory, share: float, seed: int = 0) -> bool:
     """Whether ``t``'s execution samples are rendered flat (``sft.flat_share``): a stable hash of the trajectory's
     uid and the seed, so the same data and seed give the same split on every machine.
@@ -102,7 +113,7 @@ def build_sft_data(
     samples: list[dict] = []
     labels: Counter = Counter()
     n_succ = n_flat = 0
-    routed: set[str] = set()
+    routed: set[tuple] = set()
     for t in trajs:
         if not t.success or t.error:
             continue
@@ -110,12 +121,13 @@ def build_sft_data(
         talent = knowledge.label_for(t)
         labels[talent or "<none>"] += 1
         menu = knowledge.menu(t.env)
-        route_to = routing_label(knowledge, t)
-        if cfg.include_routing and route_to and menu and t.task_id not in routed:  # one routing sample per task
-            routed.add(t.task_id)
+        route_to, key, weight = routing_target(knowledge, t, cfg)
+        if cfg.include_routing and route_to and menu and key not in routed:
+            routed.add(key)
             msgs = routing_prompt(t.env, t.goal, t.initial_observation, menu, routing_obs_chars) + [
                 {"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
-            samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": []})
+            samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": [],
+                            "weight": weight})
         flat = rendered_flat(t, cfg.flat_share, cfg.seed)
         n_flat += flat
         samples.extend(execution_samples(t, knowledge, None if flat else talent, history, obs_chars, cfg.skip_forced))
@@ -131,6 +143,8 @@ def build_sft_data(
         "n_execution": len(exec_s),
         "skill_context_share": with_skill / max(len(exec_s), 1),
         "label_distribution": dict(sorted(labels.items())),
+        "routing_label_distribution": dict(sorted(Counter(
+            s["talent_id"] for s in samples if s["kind"] == "route" for _ in range(s["weight"])).items())),
         "flat_trajectories": n_flat,
         "duplicate_share": dup,
     }

@@ -35,6 +35,14 @@ def rollout_settings(cfg: TalentRLConfig, run_id: str, split: str, checkpoint: s
     return RolloutSettings.of(cfg.env, run_id=run_id, split=split, checkpoint=checkpoint)
 
 
+def collect_settings(cfg: TalentRLConfig, run_id: str) -> RolloutSettings:
+    """``rollout_settings`` of a collection run: ``collect.max_steps`` in place of the env's budget where it is set."""
+    settings = rollout_settings(cfg, run_id, cfg.collect.split)
+    if cfg.collect.max_steps:
+        settings.max_steps = cfg.collect.max_steps
+    return settings
+
+
 def family_for(cfg: TalentRLConfig):
     return make_family(cfg.env, Path(cfg.env.cache_dir))
 
@@ -119,7 +127,7 @@ def _expert_runs(cfg: TalentRLConfig, family, tasks, paths: ArtifactPaths) -> tu
     for strategy in collect_strategies(cfg):
         run_id = f"collect-{family.name}-{c.split}-expert" + (f"-{strategy}" if strategy else "")
         specs = [EpisodeSpec(task=t, group_uid=_uid(run_id, t.task_id), seed=c.seed + i) for i, t in enumerate(tasks)]
-        settings = rollout_settings(cfg, run_id, c.split)
+        settings = collect_settings(cfg, run_id)
         part = run_in_parts(specs, lambda chunk, s=strategy: run_episodes_parallel(
             family.make, chunk, lambda i: ExpertPolicy(s), settings, c.workers, c.batch_size), paths.trajectories, run_id)
         files += write_collected(part, paths.trajectories, run_id)
@@ -169,7 +177,7 @@ def _collect(cfg: TalentRLConfig) -> dict:
     tasks = tasks_for(cfg, family, c.split, c.n_episodes, c.seed)
     run_id = f"collect-{family.name}-{c.split}-{c.policy.value}"
     specs = [EpisodeSpec(task=t, group_uid=_uid(run_id, t.task_id), seed=c.seed + i) for i, t in enumerate(tasks)]
-    settings = rollout_settings(cfg, run_id, c.split)
+    settings = collect_settings(cfg, run_id)
     t0 = time.time()
     extra: dict = {}
     if c.policy == PolicyKind.llm:
@@ -190,7 +198,7 @@ def _collect(cfg: TalentRLConfig) -> dict:
         rspecs = [EpisodeSpec(task=sp.task, group_uid=_uid(rid, sp.task.task_id), seed=c.seed + 7 + i)
                   for i, sp in enumerate(_spread(specs, c.random_episodes, c.seed))]
         rtrajs = run_episodes_parallel(family.make, rspecs, lambda i: RandomPolicy(c.seed + 1000 + i),
-                                       rollout_settings(cfg, rid, c.split), c.workers, c.batch_size)
+                                       collect_settings(cfg, rid), c.workers, c.batch_size)
         meta["random"] = {"files": write_collected(rtrajs, paths.trajectories, rid), **summarise(rtrajs)}
     return meta
 

@@ -59,7 +59,8 @@ def knowledge(runs, tmp_path_factory):
 
 
 def test_registry_names_choices():
-    assert [s.name for s in strategies("textworld")] == ["follow", "explore", "northeast", "southwest", "northwest", "southeast"]
+    assert [s.name for s in strategies("textworld")] == ["follow", "explore", "northeast", "southwest", "northwest", "southeast",
+                                                          "eastnorth"]
     assert strategies("qa") == []
     with pytest.raises(KeyError, match="choose from"):
         get_strategy("textworld", "teleport")
@@ -169,7 +170,7 @@ def test_labels_follow_strategies_and_the_measured_best(knowledge, runs):
 
 def test_sft_samples_carry_the_strategy_talent_and_route_to_the_best(knowledge, runs):
     k, meta = knowledge
-    data = build_sft_data(runs, k, SFTConfig(flat_share=0.0, min_skill_share=0.0))
+    data = build_sft_data(runs, k, SFTConfig(flat_share=0.0, min_skill_share=0.0, routing_labels="measured_best"))
     shown = {m.talent_id: m.label for m in k.menu("textworld")}
     by_uid = {t.task_id + t.strategy: t for t in runs if t.success}
     n_exec = 0
@@ -183,6 +184,30 @@ def test_sft_samples_carry_the_strategy_talent_and_route_to_the_best(knowledge, 
         tt = next(t.task_type for t in runs if t.task_id == s["task_id"])
         best = meta["strategy_talent"][meta["best_strategy"][tt]]
         assert s["talent_id"] == best and s["messages"][-1]["content"] == f"<talent>{shown[best]}</talent>"
+
+
+def test_demonstrator_labels_route_as_each_demonstration_did_weighted_by_the_habit(knowledge, runs):
+    """sft.routing_labels=demonstrator (the default): one routing sample per (task, demonstrated talent), whatever
+    measured best, each counted demonstrator_habit[strategy] times in an epoch (sft.training_order's repeats)."""
+    k, meta = knowledge
+    talent_of = meta["strategy_talent"]
+    won = {(t.task_id, talent_of[t.strategy]) for t in runs if t.success}
+    plain = build_sft_data(runs, k, SFTConfig(flat_share=0.0, min_skill_share=0.0))
+    routes = [s for s in plain.samples if s["kind"] == "route"]
+    assert {(s["task_id"], s["talent_id"]) for s in routes} == won and len(routes) == len(won)
+    both = {task for task, _ in won if sum(1 for x, _ in won if x == task) == 2}
+    assert both, "some task is won by both strategies in this fixture"
+    assert all(s["weight"] == 1 for s in routes)
+    habit = build_sft_data(runs, k, SFTConfig(flat_share=0.0, min_skill_share=0.0, demonstrator_habit={"explore": 3},
+                                              routing_weight=2))
+    weights = {s["talent_id"]: s["weight"] for s in habit.samples if s["kind"] == "route"}
+    assert weights == {talent_of["explore"]: 3, talent_of["follow"]: 1}
+    n_explore = sum(1 for s in habit.samples if s["kind"] == "route" and s["talent_id"] == talent_of["explore"])
+    assert habit.report["routing_label_distribution"][talent_of["explore"]] == 3 * n_explore
+    with pytest.raises(ValueError, match="needs sft.routing_labels=demonstrator"):
+        SFTConfig(routing_labels="measured_best", demonstrator_habit={"explore": 2})
+    with pytest.raises(ValueError, match="weights must be >= 1"):
+        SFTConfig(demonstrator_habit={"explore": 0})
 
 
 def test_default_retrieval_never_reads_the_gold_task_type(knowledge):

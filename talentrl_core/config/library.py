@@ -39,6 +39,9 @@ class CollectConfig:
     "For policy=llm: checkpoint folder (default: the latest SFT checkpoint)."
     random_episodes: int = 0
     "Extra episodes by the random policy on the same tasks: failures for mistake mining (0: none)."
+    max_steps: int = 0
+    ("Step budget of collection episodes (0: env.max_steps). A looser budget than evaluation's lets every strategy "
+     "finish a task, so that which is better shows only in cost (the ring mix, conf/experiment/ring.yaml).")
     strategies: list[str] = field(default_factory=lambda: ["all"])
     "policy=expert: strategy experts to run on every task (envs/strategies.py). all: every one the env registers (its single expert when it has none); none: the env's strategy-blind expert; else names."
 
@@ -47,7 +50,8 @@ class CollectConfig:
             raise ValueError("collect.batch_size and collect.workers must be >= 1")
         if not self.strategies:
             raise ValueError("collect.strategies is empty: give 'all', 'none' or strategy names")
-        check_ranges("collect", self, n_episodes=("0 (the whole split) or more", lambda v: v >= 0), random_episodes=NON_NEGATIVE)
+        check_ranges("collect", self, n_episodes=("0 (the whole split) or more", lambda v: v >= 0), random_episodes=NON_NEGATIVE,
+                     max_steps=NON_NEGATIVE)
 
 
 @dataclass

@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from .checks import AT_LEAST_1, NON_NEGATIVE, POSITIVE, check_ranges
+
+
+class RoutingLabels(StrEnum):
+    demonstrator = "demonstrator"
+    measured_best = "measured_best"
 
 
 class ExecGroup(StrEnum):
@@ -56,6 +61,15 @@ class SFTConfig:
     ("How often each routing sample is drawn per epoch (execution samples: once). There is one routing sample per "
      "task against several execution steps per trajectory, and the route is an association the executor's data does "
      "not teach; a mixing weight, as in dataset interleaving.")
+    routing_labels: RoutingLabels = RoutingLabels.demonstrator
+    ("The routing sample's label. demonstrator: one routing sample per successful demonstration, labelled with the "
+     "talent of the strategy that produced it (the teacher's choice, as in the paper); measured_best: one per task, "
+     "the talent whose strategy measured best on the task's type (an oracle router: SFT then holds what routing RL "
+     "could learn).")
+    demonstrator_habit: dict[str, int] = field(default_factory=dict)
+    ("Strategy -> how many times each routing sample of its demonstrations counts (routing_labels=demonstrator; "
+     "others: 1). A demonstrator that prefers one talent on every task, e.g. {eastnorth: 2}: greedy SFT routing "
+     "then follows the habit, wrong wherever the other talent is better.")
     routing_warmup_steps: int = 0
     ("N steps on routing samples only before the max_steps steps of the weighted mix (a curriculum phase; the "
      "learning rate holds its peak through it and decays over the mix).")
@@ -83,6 +97,12 @@ class SFTConfig:
                      routing_warmup_check_every=AT_LEAST_1,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
+        bad = {k: v for k, v in self.demonstrator_habit.items() if int(v) < 1}
+        if bad:
+            raise ValueError(f"sft.demonstrator_habit={dict(self.demonstrator_habit)}: weights must be >= 1, got {bad}")
+        if self.demonstrator_habit and self.routing_labels != RoutingLabels.demonstrator:
+            raise ValueError(f"sft.demonstrator_habit={dict(self.demonstrator_habit)} needs sft.routing_labels=demonstrator "
+                             f"(got {self.routing_labels}: one measured-best label per task)")
         if self.routing_warmup_steps and not self.include_routing:
             raise ValueError(f"sft.routing_warmup_steps={self.routing_warmup_steps} needs sft.include_routing=true "
                              "(the warm-up trains on routing samples)")

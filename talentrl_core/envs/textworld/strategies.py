@@ -6,7 +6,7 @@
   west) that have not been tried from it, never straight back the way it came; when a room has none left,
   walk back the way it was entered; take the goal's object as soon as it can. It ignores stated routes.
 
-* ``northeast`` / ``southwest`` / ``northwest`` / ``southeast`` — *head one way*: in every room take the first
+* ``northeast`` / ``southwest`` / ``northwest`` / ``southeast`` / ``eastnorth`` — *head one way*: in every room take the first
   admissible exit in a fixed order (for ``northeast``: north, east, south, west; the others alike, the
   quadrant's two directions first), with no memory at all; take the goal's object as soon as it can. On a
   route whose every step goes north or east (a ``quadrant=ne`` task, see ``textworld.settings``) ``northeast`` walks it
@@ -184,9 +184,8 @@ EXPLORE = register(Strategy(
 ))
 
 
-def _heading_strategy(quadrant: str) -> Strategy:
-    """``northeast`` … ``southeast``: the quadrant's two directions first, then their reverses, in the same order."""
-    a, b = HEADINGS[quadrant]
+def _heading_strategy(a: str, b: str) -> Strategy:
+    """``northeast`` … ``southeast``, ``eastnorth``: ``a`` first, then ``b``, then their reverses, in the same order."""
     order = (a, b, REVERSE[a], REVERSE[b])
     name = a + b
     text = (f"Head {a}-{b}: in every room take the {a} exit, else the {b} one ({order[2]}, then {order[3]}, only when "
@@ -194,4 +193,6 @@ def _heading_strategy(quadrant: str) -> Strategy:
     return register(Strategy("textworld", name, text, heading(order)))
 
 
-NORTHEAST, SOUTHWEST, NORTHWEST, SOUTHEAST = (_heading_strategy(q) for q in HEADINGS)
+NORTHEAST, SOUTHWEST, NORTHWEST, SOUTHEAST = (_heading_strategy(*HEADINGS[q]) for q in HEADINGS)
+EASTNORTH = _heading_strategy("east", "north")
+"East first: on a ring (``maps``, ``tw-ring_*``) the shortest way to a coin east of the start, the long way round to one north."

@@ -289,6 +289,49 @@ def test_aem_and_task_normalisation_reweight_execution_advantages(one_step):
             assert all(s.advantage == pytest.approx(a[s.traj], abs=1e-5) for s in task if s.kind == "exec" and s.group == gr.index)
 
 
+def test_routing_only_phase_and_shuffled_credit(one_step):
+    """rl.train_execution=false keeps the routing samples and their advantages and builds no execution sample;
+    rl.shuffle_route_credit gives every kept task another task's routing contrast (the same multiset of contrasts)."""
+    tr, groups = one_step["trainer"], one_step["groups"]
+    plain = tr.build_samples(0, groups)[0]
+    rl0 = tr.rl
+    try:
+        tr.rl = dataclasses.replace(rl0, train_execution=False)
+        route_only = tr.build_samples(0, groups)[0]
+        tr.rl = dataclasses.replace(rl0, shuffle_route_credit=True)
+        shuffled = tr.build_samples(0, groups)[0]
+    finally:
+        tr.rl = rl0
+    routes = [(s.group, s.arm, s.advantage) for s in plain if s.kind == "route"]
+    assert routes and all(s.kind == "route" for s in route_only)
+    assert [(s.group, s.arm, s.advantage) for s in route_only] == routes
+    by_group = lambda ss: {g: tuple(a for gg, _, a in ss if gg == g) for g, _, _ in ss}  # noqa: E731
+    moved = by_group([(s.group, s.arm, s.advantage) for s in shuffled if s.kind == "route"])
+    assert sorted(moved.values()) == sorted(by_group(routes).values())
+    assert [s.advantage for s in shuffled if s.kind == "exec"] == [s.advantage for s in plain if s.kind == "exec"]
+    with pytest.raises(ValueError, match="alpha_route > 0"):
+        RLConfig(train_execution=False, alpha_route=0.0)
+
+
+def test_sampled_talent_arms_draw_each_talent_from_the_router(env_cfg, family, tiny, tmp_path):
+    """rl.arms=sample (the sampled_talent_rl baseline): every arm a seeded draw with replacement, one rollout each,
+    the routing sample of each carrying its rollout's group-normalised reward."""
+    cfg = make_cfg(env_cfg, tmp_path, arms="sample", n_arms=8, group_size=8, exec_group="task")
+    tr = RLTrainer(cfg, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "out", progress=False)
+    groups = tr.route(0, tr.step_tasks(0))
+    assert all(len(g.talents) == 8 and len(set(g.talents)) < 8 for g in groups)  # 3 talents: draws repeat
+    tr.rollout(0, groups)
+    samples, _ = tr.build_samples(0, groups)
+    for gr in groups:
+        R = np.array([t.final_reward for t in gr.trajs])
+        if R.max() > R.min():
+            a = execution_advantages(R, None)
+            got = [s.advantage for s in samples if s.kind == "route" and s.group == gr.index]
+            assert got == pytest.approx(list(a), abs=1e-5)
+    with pytest.raises(ValueError, match="exec_group=task"):
+        RLConfig(arms="sample", n_arms=8, group_size=8)
+
+
 def test_mini_batches_take_one_optimizer_step_each(one_step, env_cfg, family, tiny, tmp_path):
     """rl.mini_batches=3: the step's samples are dealt into 3 disjoint seeded parts, each one AdamW step, and the
     schedule counts optimizer steps (the last one still trains; lr reaches 0 only after it)."""

@@ -19,7 +19,7 @@ from .env import FAMILY_SETTINGS, EnvConfig, EnvName
 from .evaluation import EvalConfig, TrackerConfig, TrackerMode
 from .library import CollectConfig, Distiller, LibraryConfig, PolicyKind
 from .model import ATTN_CHOICES, Backend, Decoding, ModelConfig, ModelKind
-from .training import ExecGroup, RLConfig, RoutingLabels, SFTConfig, TokenAgg
+from .training import ArmChoice, ExecGroup, RLConfig, RoutingLabels, SFTConfig, TokenAgg
 
 
 @dataclass
@@ -46,7 +46,7 @@ class TalentRLConfig:
 
 
 __all__ = [
-    "ATTN_CHOICES", "FAMILY_SETTINGS", "Backend", "CollectConfig", "Decoding", "Distiller", "EnvConfig", "EnvName",
+    "ATTN_CHOICES", "ArmChoice", "FAMILY_SETTINGS", "Backend", "CollectConfig", "Decoding", "Distiller", "EnvConfig", "EnvName",
     "EvalConfig", "ExecGroup", "LibraryConfig", "ModelConfig", "ModelKind", "PolicyKind", "RLConfig", "RoutingLabels",
     "SFTConfig",     "TalentRLConfig", "TokenAgg", "TrackerConfig", "TrackerMode", "check_ranges",
 ]

@@ -14,6 +14,11 @@ class RoutingLabels(StrEnum):
     measured_best = "measured_best"
 
 
+class ArmChoice(StrEnum):
+    intervene = "intervene"
+    sample = "sample"
+
+
 class ExecGroup(StrEnum):
     arm = "arm"
     task = "task"
@@ -130,6 +135,16 @@ class RLConfig:
     "Add an arm without a talent (counted within n_arms)."
     alpha_route: float = 1.0
     "α_route: weight of the routing loss."
+    arms: ArmChoice = ArmChoice.intervene
+    ("intervene: arm 1 the sampled talent, arms 2..M the next most likely (matched interventions: TalentRL); sample: "
+     "every arm draws its own talent from the router, with replacement, so that with n_arms = group_size the routing "
+     "token gets the rollout's ordinary group advantage (the sampled_talent_rl baseline; needs exec_group=task).")
+    train_execution: bool = True
+    ("False: a routing-only phase: the arms' rollouts give the routing contrast and no execution sample is trained "
+     "(the executor is left as SFT made it).")
+    shuffle_route_credit: bool = False
+    ("Permute the routing advantages across the step's tasks (seeded): the shuffled_contrast_rl control, as much "
+     "training as TalentRL with the credit of another task.")
     beta_kl: float = 0.0
     "β: KL penalty to the reference model (0: off, no reference kept)."
     clip_eps: float = 0.2
@@ -209,6 +224,12 @@ class RLConfig:
         if self.n_arms < 2 and not self.flat_baseline:
             raise ValueError(f"rl.n_arms={self.n_arms}: TalentRL contrasts rollouts under different talents, so it needs "
                              "rl.n_arms >= 2 (one arm is the flat baseline: rl.flat_baseline=true)")
+        if self.arms == ArmChoice.sample and self.exec_group != ExecGroup.task:
+            raise ValueError(f"rl.arms=sample draws a talent per arm, so an arm may hold one rollout: set "
+                             f"rl.exec_group=task (got {self.exec_group})")
+        if not self.train_execution and (self.flat_baseline or not self.alpha_route):
+            raise ValueError("rl.train_execution=false trains the routing loss only: it needs rl.alpha_route > 0 and "
+                             "not the flat baseline (which has no routing sample)")
         if self.no_talent_arm and self.n_arms < 2 and not self.flat_baseline:
             raise ValueError("rl.no_talent_arm counts within rl.n_arms: set rl.n_arms >= 2 so one talent arm remains")
         if self.group_size < 2:

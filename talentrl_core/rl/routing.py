@@ -19,6 +19,7 @@ distribution *is* a sample of the constrained policy, and its old log-probs are 
 from __future__ import annotations
 
 import dataclasses
+import random
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -93,9 +94,10 @@ def menu_candidates(groups: Sequence[Group], knowledge: Knowledge, tok, keep: Op
 
 
 def choose_arms(groups: Sequence[Group], candidates: Sequence[Sample], scores: Sequence[Sequence[float]], seed: int,
-                step: int, n_talent_arms: int, no_talent_arm: bool) -> None:
+                step: int, n_talent_arms: int, no_talent_arm: bool, sample_all: bool = False) -> None:
     """Each group's arms from its scored menu: a seeded draw, then the next most likely talents (fills
-    ``menu_probs``, ``talents`` and ``route_samples``)."""
+    ``menu_probs``, ``talents`` and ``route_samples``). ``sample_all`` (``rl.arms=sample``): every arm is a seeded
+    draw, with replacement."""
     pos = 0
     for gr in groups:
         n = len(gr.menu_ids)
@@ -105,9 +107,12 @@ def choose_arms(groups: Sequence[Group], candidates: Sequence[Sample], scores: S
         probs = torch.softmax(seq, 0)  # already sums to 1 up to rounding: renormalise
         gr.menu_probs = probs.tolist()
         gen = torch.Generator().manual_seed(derive_seed(seed, "route", step, gr.index) % 2**63)
-        first = int(torch.multinomial(probs, 1, generator=gen).item())
-        rest = sorted((i for i in range(n) if i != first), key=lambda i: (-gr.menu_probs[i], i))
-        chosen = [first] + rest[: n_talent_arms - 1]
+        if sample_all:
+            chosen = torch.multinomial(probs, n_talent_arms, replacement=True, generator=gen).tolist()
+        else:
+            first = int(torch.multinomial(probs, 1, generator=gen).item())
+            rest = sorted((i for i in range(n) if i != first), key=lambda i: (-gr.menu_probs[i], i))
+            chosen = [first] + rest[: n_talent_arms - 1]
         gr.talents = [gr.menu_ids[i] for i in chosen] + ([None] if no_talent_arm else [])
         gr.route_samples = [Sample("route", cand[i].prompt_ids, cand[i].completion_ids, sc[i], cand[i].allowed,
                                    gr.index, k, -1) for k, i in enumerate(chosen)]
@@ -121,6 +126,20 @@ def routing_contrast(rewards: np.ndarray, arms: np.ndarray, n_arms: int, n_talen
     no routing choice (every contrast 0)."""
     a_route = routing_advantages([rewards[arms == k] for k in range(n_arms)], eps)
     return a_route, bool(n_talent_arms > 0 and not np.any(a_route))
+
+
+def shuffled(a_routes: dict[int, np.ndarray], seed: int, step: int) -> dict[int, np.ndarray]:
+    """The routing advantages of a step's groups, permuted across the groups (``rl.shuffle_route_credit``): each task
+    gets another task's contrast (seeded by step). Groups with other arm counts keep their own.
+
+    >>> a = {0: np.array([1.0, -1.0]), 1: np.array([-1.0, 1.0]), 2: np.array([0.0, 0.0])}
+    >>> sorted(tuple(v) for v in shuffled(a, 0, 0).values()) == sorted(tuple(v) for v in a.values())
+    True
+    """
+    keys = sorted(a_routes)
+    order = list(keys)
+    random.Random(derive_seed(seed, "shuffle-route", step)).shuffle(order)
+    return {k: a_routes[o] if a_routes[o].shape == a_routes[k].shape else a_routes[k] for k, o in zip(keys, order)}
 
 
 def routing_samples(gr: Group, alpha_route: float) -> list[Sample]:

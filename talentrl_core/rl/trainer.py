@@ -64,7 +64,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ..checkpoints import model_digest
-from ..config import Backend, TalentRLConfig
+from ..config import ArmChoice, Backend, TalentRLConfig
 from ..envs.base import Task
 from ..io import write_json
 from ..precision import autocast
@@ -183,15 +183,17 @@ class RLTrainer:
             for gr in groups:
                 gr.talents, gr.route_samples = [None], [None]
             return groups
+        sample_all = self.rl.arms == ArmChoice.sample
         candidates = routing.menu_candidates(groups, self.knowledge, self.tok, self.keep, self._goal,
-                                             self.settings.routing_obs_chars, self.n_talent_arms,
+                                             self.settings.routing_obs_chars, 1 if sample_all else self.n_talent_arms,
                                              f"rl.n_arms={self.rl.n_arms}, no_talent_arm={self.rl.no_talent_arm}")
         model = self.unwrapped()
         model.eval()
         with autocast(self.compute_dtype, self.acc.device):
             scores = score_completions(model, self.tok, candidates, self.vocab, self.cfg.model.temperature,
                                        self.rl.micro_batch_size, self.tries)
-        routing.choose_arms(groups, candidates, scores, self.rl.seed, step, self.n_talent_arms, self.rl.no_talent_arm)
+        routing.choose_arms(groups, candidates, scores, self.rl.seed, step, self.n_talent_arms, self.rl.no_talent_arm,
+                            sample_all)
         return groups
 
     # -- 3. rollout ----------------------------------------------------------------------------------------
@@ -225,6 +227,7 @@ class RLTrainer:
         rl = self.rl
         samples: list[Sample] = []
         st = new_step_stats(self.n_arms)
+        kept: list[tuple[Group, np.ndarray, np.ndarray]] = []
         for gr in groups:
             R = np.array([t.final_reward for t in gr.trajs], dtype=np.float64)  # (G,) returns, penalties included
             arms = np.array(gr.arm_of)  # (G,)
@@ -240,12 +243,19 @@ class RLTrainer:
                 if rl.filter_zero_var:
                     continue
             st["groups_kept"] += 1
-            a_route, tied = routing.routing_contrast(R, arms, self.n_arms, self.n_talent_arms, rl.eps)  # (M,)
+            kept.append((gr, R, arms))
+        a_routes = {}
+        for gr, R, arms in kept:
+            a_routes[gr.index], tied = routing.routing_contrast(R, arms, self.n_arms, self.n_talent_arms, rl.eps)  # (M,)
             st["groups_tied"] += int(tied)
+        if rl.shuffle_route_credit:
+            a_routes = routing.shuffled(a_routes, rl.seed, step)
+        for gr, R, arms in kept:
+            a_route = a_routes[gr.index]
             a_exec = execution_advantages(R, arms, rl.eps, rl.exec_group)  # (G,)
             ex = [execution_samples(t, self.tok, self.keep, self.policy.constrained, gr.index, int(arms[i]), i)
-                  for i, t in enumerate(gr.trajs)]
-            if rl.aem:
+                  for i, t in enumerate(gr.trajs)] if rl.train_execution else []
+            if rl.aem and ex:
                 a_exec = aem_modulate(a_exec, trajectory_surprisal(ex), aem_eta(step, rl.steps, rl.aem_eta0), rl.aem_clip, rl.eps)
             group_samples = routing.routing_samples(gr, rl.alpha_route) + [s for traj_samples in ex for s in traj_samples]
             if not group_samples:

@@ -121,6 +121,14 @@ def model_digest(name_or_path: str | os.PathLike) -> list:
     return [[p.name, p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest()] for p in files]
 
 
+def model_job(model_cfg) -> dict:
+    """The model settings a checkpoint's job holds: what the model is, not where it runs (``threads`` left out: a
+    resume on another thread count continues the same job)."""
+    import dataclasses
+
+    return {k: v for k, v in dataclasses.asdict(model_cfg).items() if k != "threads"}
+
+
 def step_folders(work: str | os.PathLike, must_hold: Optional[str] = None) -> list[tuple[int, Path]]:
     """``(step, folder)`` of every ``checkpoint-<step>`` in ``work`` (holding ``must_hold``, when given), by step."""
     out = []

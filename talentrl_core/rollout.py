@@ -40,6 +40,7 @@ from .prompts import (
     parse_talent,
     routing_prompt,
 )
+from .threads import follow_free_cpus
 from .trajectories import Step, Trajectory, routing_action
 
 
@@ -313,6 +314,7 @@ class _EpisodeRunner:
         try:
             self.refill()
             while any(s.spec is not None for s in self.slots):
+                follow_free_cpus()
                 self.route()
                 self.execute()
                 self.refill()

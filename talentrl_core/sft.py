@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .checkpoints import claim_work_dir, commit_staged, model_digest, newest_sound, step_folders, write_final
+from .checkpoints import claim_work_dir, commit_staged, model_digest, model_job, newest_sound, step_folders, write_final
 from .config import ModelConfig, SFTConfig
 from .io import disk_full_named, write_json
 from .sft_data import (SFTData, assistant_mask_by_prefix, build_sft_data, execution_samples, forced,  # noqa: F401
@@ -186,7 +186,7 @@ def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConf
 
     settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps", "keep_checkpoints")}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
-    return {"base_model": model_digest(base_model), "sft": settings, "model": dataclasses.asdict(model_cfg),
+    return {"base_model": model_digest(base_model), "sft": settings, "model": model_job(model_cfg),
             "data": {"samples": len(data.samples), "sha1": samples}}
 
 
@@ -243,6 +243,20 @@ def wall_clock(max_minutes: float):
     return WallClock()
 
 
+def free_cpus(threads: int):
+    """A Trainer callback that sets the compute threads to the CPUs free of other work before every step
+    (``threads.follow_free_cpus``; ``threads`` > 0 fixes the count)."""
+    from transformers import TrainerCallback
+
+    from .threads import follow_free_cpus
+
+    class FreeCPUs(TrainerCallback):
+        def on_step_begin(self, args_, state, control, **kw):
+            follow_free_cpus(threads)
+
+    return FreeCPUs()
+
+
 def to_tracker(tracker):
     """A Trainer callback that sends each logged step (loss, learning rate, grad norm, token accuracy, ...) to
     ``tracker`` as ``sft/<name>`` at the optimizer step (no-op without a tracker)."""
@@ -294,7 +308,7 @@ def train_sft(
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
     trainer_cls = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))
-    callbacks = [wall_clock(cfg.max_minutes), to_tracker(tracker)]
+    callbacks = [wall_clock(cfg.max_minutes), to_tracker(tracker), free_cpus(model_cfg.threads)]
     if gate is not None:
         from .routing_warmup import gate_callback, gated_trainer
 

@@ -55,6 +55,9 @@ class ModelConfig:
     "Weights dtype: float32, bfloat16 or float16."
     device: str = "cpu"
     "cpu, cuda, cuda:<index>, mps or auto (cuda when there is one)."
+    threads: int = 0
+    ("CPU compute threads: 0 follows the CPUs free of other processes' work (re-measured every 2 s, threads.py); N "
+     "fixes N (OMP_NUM_THREADS in the environment also fixes it).")
     compute_dtype: str = "auto"
     "Autocast dtype of the matmuls (weights stay in ``dtype``): auto (bfloat16 where the CPU/GPU runs it natively), float32, bfloat16."
     attn_implementation: str = "auto"

@@ -168,6 +168,9 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     ``knowledge_factory(flat, checkpoint)`` opens the library for a system: flat or not, at the version that
     system's checkpoint trained on (``stages.pinned_library``); ``metrics["library_versions"]`` records them.
     """
+    from ..threads import follow_free_cpus
+
+    follow_free_cpus(cfg.model.threads)  # the process's thread governor: the rollout loop re-checks it every turn
     paths = ArtifactPaths.of(cfg)
     ev = cfg.eval
     results: list[EpisodeResult] = []

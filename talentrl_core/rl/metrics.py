@@ -8,7 +8,8 @@ from typing import Sequence
 import numpy as np
 
 from ..trajectories import Trajectory
-from .routing import route_metrics
+from .advantages import matched_divergence
+from .routing import Group, menu_stats, route_metrics
 
 
 def new_step_stats(n_arms: int) -> dict[str, float]:
@@ -26,6 +27,18 @@ def add_arm_rewards(st: dict[str, float], rewards: np.ndarray, arms: np.ndarray,
     for k in range(n_arms):
         st[f"arm{k + 1}_reward_sum"] += float(rewards[arms == k].sum())
         st[f"arm{k + 1}_n"] += int((arms == k).sum())
+
+
+def add_group_stats(st: dict[str, float], gr: Group, rewards: np.ndarray, arms: np.ndarray, n_arms: int) -> None:
+    """What one group adds to the step's sums: arm rewards, the router's entropy and sampled-talent probability, and
+    the matched rollouts' divergence between arms."""
+    st["groups"] += 1
+    add_arm_rewards(st, rewards, arms, n_arms)
+    entropy, p_first = menu_stats(gr)
+    st["entropy_sum"] += entropy
+    st["p_first_sum"] += p_first
+    acts = [[x.action for x in t.env_steps()] for t in gr.trajs]
+    st["divergence_sum"] += matched_divergence([[a for a, k in zip(acts, arms) if k == arm] for arm in range(n_arms)])
 
 
 def rollout_counts(trajs: Sequence[Trajectory]) -> dict[str, float]:

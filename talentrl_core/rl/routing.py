@@ -128,6 +128,17 @@ def routing_contrast(rewards: np.ndarray, arms: np.ndarray, n_arms: int, n_talen
     return a_route, bool(n_talent_arms > 0 and not np.any(a_route))
 
 
+def step_contrasts(kept: Sequence[tuple[Group, np.ndarray, np.ndarray]], n_arms: int, n_talent_arms: int, eps: float,
+                   shuffle: bool, seed: int, step: int) -> tuple[dict[int, np.ndarray], int]:
+    """(A_route per kept group's index, groups tied) of a step's kept ``(group, rewards, arms)``; with ``shuffle``
+    (``rl.shuffle_route_credit``) permuted across the groups."""
+    a_routes, tied = {}, 0
+    for gr, R, arms in kept:
+        a_routes[gr.index], t = routing_contrast(R, arms, n_arms, n_talent_arms, eps)
+        tied += int(t)
+    return (shuffled(a_routes, seed, step) if shuffle else a_routes), tied
+
+
 def shuffled(a_routes: dict[int, np.ndarray], seed: int, step: int) -> dict[int, np.ndarray]:
     """The routing advantages of a step's groups, permuted across the groups (``rl.shuffle_route_credit``): each task
     gets another task's contrast (seeded by step). Groups with other arm counts keep their own.

@@ -63,18 +63,19 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..checkpoints import model_digest
+from ..checkpoints import model_digest, model_job
 from ..config import ArmChoice, Backend, TalentRLConfig
 from ..envs.base import Task
 from ..io import write_json
 from ..precision import autocast
 from ..rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
+from ..threads import follow_free_cpus
 from ..tracking import NullTracker, redact
 from . import routing
-from .advantages import (aem_eta, aem_modulate, execution_advantages, matched_divergence, trajectory_surprisal,
+from .advantages import (aem_eta, aem_modulate, execution_advantages, trajectory_surprisal,
                          zero_variance_mask)
 from .loss import token_advantages
-from .metrics import add_arm_rewards, new_step_stats, rollout_counts, step_metrics
+from .metrics import add_group_stats, new_step_stats, rollout_counts, step_metrics
 from .routing import Group
 from .run_files import META_FILE, RunFiles
 from .samples import Sample, execution_samples, score_completions
@@ -183,7 +184,7 @@ class RLTrainer:
             for gr in groups:
                 gr.talents, gr.route_samples = [None], [None]
             return groups
-        sample_all = self.rl.arms == ArmChoice.sample
+        sample_all = self.rl.arms == ArmChoice.sample  # the sampled_talent_rl baseline: each arm draws its talent
         candidates = routing.menu_candidates(groups, self.knowledge, self.tok, self.keep, self._goal,
                                              self.settings.routing_obs_chars, 1 if sample_all else self.n_talent_arms,
                                              f"rl.n_arms={self.rl.n_arms}, no_talent_arm={self.rl.no_talent_arm}")
@@ -192,8 +193,7 @@ class RLTrainer:
         with autocast(self.compute_dtype, self.acc.device):
             scores = score_completions(model, self.tok, candidates, self.vocab, self.cfg.model.temperature,
                                        self.rl.micro_batch_size, self.tries)
-        routing.choose_arms(groups, candidates, scores, self.rl.seed, step, self.n_talent_arms, self.rl.no_talent_arm,
-                            sample_all)
+        routing.choose_arms(groups, candidates, scores, self.rl.seed, step, self.n_talent_arms, self.rl.no_talent_arm, sample_all)
         return groups
 
     # -- 3. rollout ----------------------------------------------------------------------------------------
@@ -231,25 +231,15 @@ class RLTrainer:
         for gr in groups:
             R = np.array([t.final_reward for t in gr.trajs], dtype=np.float64)  # (G,) returns, penalties included
             arms = np.array(gr.arm_of)  # (G,)
-            st["groups"] += 1
-            add_arm_rewards(st, R, arms, self.n_arms)
-            entropy, p_first = routing.menu_stats(gr)
-            st["entropy_sum"] += entropy
-            st["p_first_sum"] += p_first
-            acts = [[x.action for x in t.env_steps()] for t in gr.trajs]
-            st["divergence_sum"] += matched_divergence([[a for a, k in zip(acts, arms) if k == arm] for arm in range(self.n_arms)])
+            add_group_stats(st, gr, R, arms, self.n_arms)
             if zero_variance_mask([R])[0]:
                 st["groups_zero_var"] += 1
                 if rl.filter_zero_var:
                     continue
             st["groups_kept"] += 1
             kept.append((gr, R, arms))
-        a_routes = {}
-        for gr, R, arms in kept:
-            a_routes[gr.index], tied = routing.routing_contrast(R, arms, self.n_arms, self.n_talent_arms, rl.eps)  # (M,)
-            st["groups_tied"] += int(tied)
-        if rl.shuffle_route_credit:
-            a_routes = routing.shuffled(a_routes, rl.seed, step)
+        a_routes, st["groups_tied"] = routing.step_contrasts(kept, self.n_arms, self.n_talent_arms, rl.eps,
+                                                             rl.shuffle_route_credit, rl.seed, step)
         for gr, R, arms in kept:
             a_route = a_routes[gr.index]
             a_exec = execution_advantages(R, arms, rl.eps, rl.exec_group)  # (G,)
@@ -286,6 +276,7 @@ class RLTrainer:
     # -- one update, top to bottom ---------------------------------------------------------------------------
 
     def train_step(self, step: int) -> dict[str, float]:
+        follow_free_cpus(self.cfg.model.threads)
         t0 = time.perf_counter()
         tasks = self.step_tasks(step)  # 1. this process's tasks of the step
         groups = self.route(step, tasks)  # 2. arms per task (routing distribution, seeded sample)
@@ -338,7 +329,7 @@ class RLTrainer:
         if getattr(self, "_job", None) is None:
             rl = {k: v for k, v in dataclasses.asdict(self.rl).items() if k not in ("resume", "checkpoint_every", "keep_checkpoints")}
             env = {k: v for k, v in dataclasses.asdict(self.cfg.env).items() if k != "cache_dir"}
-            self._job = {"rl": rl, "env": env, "model": dataclasses.asdict(self.cfg.model),
+            self._job = {"rl": rl, "env": env, "model": model_job(self.cfg.model),
                          "init": model_digest(self.init_checkpoint), "library_version": self.initial_library_version}
         return self._job
 

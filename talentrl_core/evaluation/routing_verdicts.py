@@ -1,0 +1,124 @@
+"""The routing study's tests at the right unit (issue 38): one SFT draw, its RL seeds, the same panel.
+
+The unit of replication for "RL beats SFT" is the SFT draw. Within a draw, each RL seed is compared with the draw's
+talent_sft by an exact McNemar test on the panel's tasks, and the seeds together by a task-level sign test (per task,
+the seeds' summed successes against talent_sft's success counted as often: positive, negative or tied), never by
+pooling the pairs of several seeds as independent. Routing accuracy is the share of panel tasks whose greedy routing
+choice is the measured-best talent, reported ``None`` ("n/a") where that label is the same on every task.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Mapping, Optional, Sequence
+
+from .stats import mcnemar_exact
+
+PRECONDITION_GAP = 0.40
+"oracle_talent − random_talent the draw must show: the executor follows the talent."
+HABIT_ROUTING = (0.40, 0.60)
+"talent_sft's routing accuracy when it follows a 2 : 1 habit on a two-sided mix: wrong on about half the tasks."
+
+
+def greedy(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mapping[str, Any]]]:
+    """``{system: {panel/task: row}}`` of the greedy episodes."""
+    out: dict[str, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        if r.get("sample_idx", 0) == 0:
+            out[r["system"]][f"{r['panel']}/{r['task_id']}"] = r
+    return dict(out)
+
+
+def routing_accuracy(by_task: Mapping[str, Mapping[str, Any]]) -> Optional[float]:
+    """Share of tasks routed to their oracle talent; None where there is no choice to get right (one label for all).
+
+    >>> routing_accuracy({"a": {"chosen_talent": "E", "oracle_talent": "E"}, "b": {"chosen_talent": "E", "oracle_talent": "N"}})
+    0.5
+    >>> routing_accuracy({"a": {"chosen_talent": "E", "oracle_talent": "E"}}) is None
+    True
+    """
+    routed = [r for r in by_task.values() if r.get("oracle_talent")]
+    if len({r["oracle_talent"] for r in routed}) < 2:
+        return None
+    return round(sum(r.get("chosen_talent") == r["oracle_talent"] for r in routed) / len(routed), 6)
+
+
+def paired(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapping[str, Any]]) -> dict:
+    """Success rates, discordant counts and the exact McNemar p of ``a`` against ``b`` on their common tasks."""
+    common = sorted(set(a) & set(b))
+    a_only = sum(bool(a[t]["success"]) and not b[t]["success"] for t in common)
+    b_only = sum(bool(b[t]["success"]) and not a[t]["success"] for t in common)
+    n = max(len(common), 1)
+    return {"n": len(common), "a_success": round(sum(bool(a[t]["success"]) for t in common) / n, 6),
+            "b_success": round(sum(bool(b[t]["success"]) for t in common) / n, 6),
+            "a_only": a_only, "b_only": b_only, "p_mcnemar": mcnemar_exact(a_only, b_only)}
+
+
+def task_sign_test(runs: Sequence[Mapping[str, Mapping[str, Any]]], base: Mapping[str, Mapping[str, Any]]) -> dict:
+    """Per task: the runs' summed successes against ``base``'s success counted once per run; a two-sided sign test
+    (exact binomial on the untied tasks) of how many tasks are ahead against behind."""
+    common = sorted(set(base).intersection(*runs)) if runs else []
+    ahead = behind = 0
+    for t in common:
+        d = sum(bool(r[t]["success"]) for r in runs) - len(runs) * bool(base[t]["success"])
+        ahead += d > 0
+        behind += d < 0
+    return {"tasks": len(common), "ahead": ahead, "behind": behind, "p_sign": mcnemar_exact(ahead, behind)}
+
+
+def draw_preconditions(g: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict:
+    out: dict[str, Any] = {}
+    if "oracle_talent" in g and "random_talent" in g:
+        t = paired(g["oracle_talent"], g["random_talent"])
+        t["met"] = t["a_success"] - t["b_success"] >= PRECONDITION_GAP and t["p_mcnemar"] < 0.01
+        out["executor_follows_talent"] = t
+    if "talent_sft" in g:
+        acc = routing_accuracy(g["talent_sft"])
+        out["sft_router_follows_habit"] = {"routing_accuracy": acc,
+                                           "met": acc is not None and HABIT_ROUTING[0] <= acc <= HABIT_ROUTING[1]}
+    return out
+
+
+def routing_verdicts(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], variants: Sequence[str]) -> dict:
+    """Preconditions, per-seed tests of every variant against talent_sft, the task-level sign tests across seeds and
+    the issue's criteria (``summary``) for one SFT draw."""
+    seeds = sorted(per_seed)
+    gs = {s: greedy(per_seed[s]) for s in seeds}
+    g0 = gs[seeds[0]]
+    out: dict[str, Any] = {"seeds": seeds, "preconditions": draw_preconditions(g0),
+                           "routing_accuracy": {s: routing_accuracy(g0[s]) for s in sorted(g0) if s in (
+                               "talent_sft", "oracle_sft", "random_talent", "oracle_talent")},
+                           "success": {s: round(sum(bool(r["success"]) for r in g0[s].values()) / max(len(g0[s]), 1), 6)
+                                       for s in sorted(g0) if s not in variants}}
+    per_variant: dict[str, Any] = {}
+    for v in variants:
+        runs = {s: gs[s][v] for s in seeds if v in gs[s]}
+        if not runs or "talent_sft" not in g0:
+            continue
+        per_variant[v] = {
+            "per_seed": {s: {**paired(r, g0["talent_sft"]), "routing_accuracy": routing_accuracy(r)} for s, r in runs.items()},
+            "task_sign_test_vs_talent_sft": task_sign_test(list(runs.values()), g0["talent_sft"]),
+        }
+    out["vs_talent_sft"] = per_variant
+    out["summary"] = summary(out)
+    return out
+
+
+def summary(v: Mapping[str, Any]) -> dict:
+    """The issue's criteria, met or not, for this draw."""
+    s: dict[str, Any] = {"preconditions_met": all(p.get("met") for p in v["preconditions"].values())}
+    t = v["vs_talent_sft"].get("talentrl")
+    if t:
+        seeds = t["per_seed"].values()
+        s["talentrl_beats_talent_sft_every_seed"] = all(x["a_success"] > x["b_success"] and x["p_mcnemar"] < 0.01 for x in seeds)
+        s["talentrl_task_sign_p"] = t["task_sign_test_vs_talent_sft"]["p_sign"]
+        s["talentrl_routing_accuracy"] = [x["routing_accuracy"] for x in seeds]
+        s["talentrl_never_below_talent_sft"] = all(x["a_success"] >= x["b_success"] for x in seeds)
+    for name, block in v["vs_talent_sft"].items():
+        s[f"{name}_success"] = [x["a_success"] for x in block["per_seed"].values()]
+    sh, sft_acc = v["vs_talent_sft"].get("shuffled_contrast_rl"), v["routing_accuracy"].get("talent_sft")
+    if sh and sft_acc is not None:
+        accs = [x["routing_accuracy"] for x in sh["per_seed"].values()]
+        s["shuffled_within_0.05_of_sft_routing"] = all(a is not None and abs(a - sft_acc) <= 0.05 for a in accs)
+    s["success"] = v["success"]
+    return s

@@ -1,0 +1,109 @@
+"""``relabel_sft``: the fairest non-RL competitor of routing RL (issue 38).
+
+Routing RL with matched talent arms measures, task by task, which talent the student itself executes best, and moves
+the router towards it. The same information can be had without RL: roll out every talent of the menu on training
+tasks with the SFT student once (``measure``), label each task with the talent whose rollouts scored best
+(``winners``; a tie gives no label), and fine-tune the router on those labels with the ordinary SFT loss
+(``relabel_sft``: routing samples only, from the SFT checkpoint). Given as many rollouts as RL used, relabel_sft
+matching talentrl says the gain is the reward-measured label, not the RL update.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .config import TalentRLConfig
+from .envs.base import Task
+from .rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
+from .trajectories import Trajectory
+
+
+def measure(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, n_tasks: int, rollouts: int,
+            seed: int = 0) -> list[Trajectory]:
+    """``rollouts`` sampled episodes (``model.temperature``) of every menu talent on ``n_tasks`` training tasks drawn
+    with ``seed`` (all of them when ``n_tasks`` is 0 or more than there are): ``n_tasks × |menu| × rollouts``."""
+    from .agent import load_policy
+
+    pool = family.tasks(cfg.rl.split)
+    tasks = random.Random(seed).sample(pool, n_tasks) if 0 < n_tasks < len(pool) else list(pool)
+    family.prepare(tasks, workers=1, progress=False)
+    policy, _ = load_policy(cfg, checkpoint, name="relabel")
+    menu = knowledge.menu(family.name)
+    specs = [EpisodeSpec(t, routing="fixed", talent_id=m.talent_id, arm=k, group_uid=f"relabel-{t.task_id}",
+                         seed=seed * 1_000_003 + i * rollouts + j)
+             for i, t in enumerate(tasks) for k, m in enumerate(menu) for j in range(rollouts)]
+    settings = RolloutSettings.of(cfg.env, run_id="relabel", split=cfg.rl.split, checkpoint=checkpoint)
+    return run_episodes(family.make, specs, policy, settings, knowledge, batch_size=cfg.rl.rollout_batch_size)
+
+
+def winners(trajs: Sequence[Trajectory]) -> dict[str, Optional[str]]:
+    """Task id → the talent whose episodes scored the highest mean reward (None on a tie).
+
+    >>> from talentrl_core.trajectories import Trajectory as T
+    >>> def t(task, talent, r):
+    ...     x = T("r", "textworld", "train", task, "x", "{}", talent_id=talent)
+    ...     x.final_reward = r
+    ...     return x
+    >>> winners([t("a", "T1", 1.0), t("a", "T2", 0.0), t("b", "T1", 1.0), t("b", "T2", 1.0)])
+    {'a': 'T1', 'b': None}
+    """
+    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for t in trajs:
+        if t.talent_id and not t.error:
+            scores[t.task_id][t.talent_id].append(t.final_reward)
+    out: dict[str, Optional[str]] = {}
+    for task, by in scores.items():
+        means = sorted(((sum(r) / len(r), talent) for talent, r in by.items()), reverse=True)
+        out[task] = means[0][1] if len(means) == 1 or means[0][0] > means[1][0] else None
+    return out
+
+
+def routing_data(trajs: Sequence[Trajectory], knowledge: Knowledge, obs_chars: int):
+    """``SFTData`` of one routing sample per task with a winner, its prompt as SFT, RL and evaluation build it."""
+    from .prompts import format_talent, routing_prompt, shown_id
+    from .sft_data import SFTData
+
+    best = winners(trajs)
+    first = {t.task_id: t for t in trajs}
+    samples = []
+    for task_id, talent in sorted(best.items()):
+        if talent is None:
+            continue
+        t = first[task_id]
+        menu = knowledge.menu(t.env)
+        msgs = routing_prompt(t.env, t.goal, t.initial_observation, menu, obs_chars) + [
+            {"role": "assistant", "content": format_talent(shown_id(menu, talent))}]
+        samples.append({"messages": msgs, "kind": "route", "task_id": task_id, "talent_id": talent, "skill_ids": [],
+                        "weight": 1})
+    report = {"tasks": len(best), "labelled": len(samples), "ties": sum(v is None for v in best.values()),
+              "episodes": len(trajs), "label_distribution": _count(s["talent_id"] for s in samples)}
+    if not samples:
+        raise ValueError(f"relabel: every one of the {len(best)} measured tasks is a tie: no routing label to train on")
+    return SFTData(samples, report)
+
+
+def _count(xs) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for x in xs:
+        out[x] = out.get(x, 0) + 1
+    return dict(sorted(out.items()))
+
+
+def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, out_dir: Path, n_tasks: int,
+                rollouts: int, steps: int, seed: int = 0) -> dict:
+    """Measure the student's talents on ``n_tasks`` tasks (``rollouts`` each), then ``steps`` SFT steps of the router
+    on the winners from ``checkpoint`` (the SFT's learning rate, no warm-up) into ``out_dir``."""
+    from .sft import train_sft
+
+    trajs = measure(cfg, family, knowledge, checkpoint, n_tasks, rollouts, seed)
+    data = routing_data(trajs, knowledge, cfg.env.routing_obs_chars)
+    sft_cfg = replace(cfg.sft, max_steps=steps, warmup_steps=0, routing_weight=1, routing_warmup_steps=0,
+                      routing_warmup_until=0.0, demonstrator_habit={}, seed=seed, min_skill_share=0.0)
+    info = train_sft(data, checkpoint, out_dir, sft_cfg, cfg.model,
+                     meta={"relabel": data.report, "init": str(checkpoint),
+                           "library_version": getattr(knowledge, "version", None), "env": family.name})
+    return {"checkpoint": str(out_dir), "relabel": data.report, **info}

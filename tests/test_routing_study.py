@@ -1,0 +1,49 @@
+"""The routing study's statistics (issue 38): per-seed McNemar, task-level sign test, routing accuracy n/a."""
+
+from __future__ import annotations
+
+from talentrl_core.evaluation.routing_verdicts import routing_accuracy, routing_verdicts, task_sign_test
+
+
+def rows(system, successes, chosen=None, oracle=None, panel="textworld"):
+    return [{"system": system, "panel": panel, "task_id": f"t{i}", "success": bool(s), "sample_idx": 0,
+             "chosen_talent": (chosen[i] if chosen else None), "oracle_talent": (oracle[i] if oracle else None)}
+            for i, s in enumerate(successes)]
+
+
+N = 40
+ORACLE = ["E" if i % 2 == 0 else "N" for i in range(N)]
+
+
+def draw_rows():
+    return (rows("oracle_talent", [1] * N, ORACLE, ORACLE) + rows("random_talent", [i % 4 == 0 for i in range(N)])
+            + rows("talent_sft", [o == "E" for o in ORACLE], ["E"] * N, ORACLE))
+
+
+def test_a_router_that_learned_the_sign_beats_the_habit_in_every_seed():
+    learned = rows("talentrl", [1] * N, ORACLE, ORACLE)
+    shuffled = rows("shuffled_contrast_rl", [o == "E" for o in ORACLE], ["E"] * N, ORACLE)
+    v = routing_verdicts({s: draw_rows() + learned + shuffled for s in (0, 1, 2)}, ["talentrl", "shuffled_contrast_rl"])
+    s = v["summary"]
+    assert s["preconditions_met"] and v["preconditions"]["sft_router_follows_habit"]["routing_accuracy"] == 0.5
+    assert s["talentrl_beats_talent_sft_every_seed"] and s["talentrl_never_below_talent_sft"]
+    assert s["talentrl_routing_accuracy"] == [1.0, 1.0, 1.0] and s["talentrl_task_sign_p"] < 1e-5
+    assert s["shuffled_within_0.05_of_sft_routing"]
+    per = v["vs_talent_sft"]["talentrl"]["per_seed"][0]
+    assert (per["a_only"], per["b_only"]) == (N // 2, 0)
+
+
+def test_a_seed_below_sft_fails_the_criteria_and_ties_do_not_count():
+    good = rows("talentrl", [1] * N, ORACLE, ORACLE)
+    bad = rows("talentrl", [0] * N, ["N"] * N, ORACLE)
+    v = routing_verdicts({0: draw_rows() + good, 1: draw_rows() + bad}, ["talentrl"])
+    assert not v["summary"]["talentrl_beats_talent_sft_every_seed"] and not v["summary"]["talentrl_never_below_talent_sft"]
+    # per task: seed 0 wins the north tasks, seed 1 loses the east ones -> 20 ahead, 20 behind
+    base = {f"textworld/t{i}": r for i, r in enumerate(rows("talent_sft", [o == "E" for o in ORACLE]))}
+    runs = [{f"textworld/t{i}": r for i, r in enumerate(rs)} for rs in (good, bad)]
+    assert task_sign_test(runs, base) == {"tasks": N, "ahead": 20, "behind": 20, "p_sign": 1.0}
+
+
+def test_routing_accuracy_is_na_where_every_task_has_one_best_talent():
+    same = {f"t{i}": {"chosen_talent": "E", "oracle_talent": "E"} for i in range(5)}
+    assert routing_accuracy(same) is None

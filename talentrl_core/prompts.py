@@ -165,14 +165,19 @@ class ExecContext:
     obs_chars: int = 400
     extra_rules: str = ""
     meta: dict = field(default_factory=dict)
+    memory: str = ""
+    "The family's memory line (``env.memory``), empty without one."
 
 
 def exec_context(env: str, goal: str, observation: str, talent: Optional[TalentView], skills: Sequence[SkillView],
                  past: Sequence[tuple[str, str]], n_history: int, admissible: Optional[Sequence[str]],
-                 obs_chars: int) -> ExecContext:
+                 obs_chars: int, memory: bool = False) -> ExecContext:
     """The execution prompt's context at one step, as SFT (``sft_data.execution_samples``) and the rollout loop both
-    build it: the last ``n_history`` (observation, action) pairs of ``past`` and every action so far."""
-    return ExecContext(env=env, goal=goal, observation=observation, talent=talent, skills=skills,
+    build it: the last ``n_history`` (observation, action) pairs of ``past``, every action so far and, with
+    ``memory``, the family's memory line of the whole past (``FamilySpec.memory``)."""
+    spec = FAMILIES.get(str(env))
+    line = spec.memory(goal, past, observation) if memory and spec is not None and spec.memory is not None else ""
+    return ExecContext(env=env, goal=goal, observation=observation, talent=talent, skills=skills, memory=line,
                        history=past[-n_history:] if n_history else (), admissible=admissible, obs_chars=obs_chars,
                        actions=[a for _, a in past])
 
@@ -193,6 +198,8 @@ def execution_messages(ctx: ExecContext) -> list[dict]:
         parts.append("Actions so far: " + "; ".join(ctx.actions))
     for obs, act in ctx.history:
         parts.append(f"Obs: {obs_text(obs, ctx.obs_chars // 2)}\nAct: {act}")
+    if ctx.memory:
+        parts.append(ctx.memory)
     parts.append(f"Obs: {obs_text(ctx.observation, ctx.obs_chars)}")
     if ctx.admissible is not None:
         acts = [a for a in ctx.admissible if a not in ("look", "inventory")]

@@ -116,6 +116,8 @@ class RolloutSettings:
     invalid_penalty: float = 0.0
     routing_obs_chars: int = 0
     "Characters of the first observation the router sees (``env.routing_obs_chars``)."
+    memory: bool = False
+    "The family's memory line in execution prompts (``env.memory``)."
     env_workers: int = 0
     "Envs in this many worker processes, stepped at once (``env.workers``, ``env_pool``); 0: in this process."
     run_id: str = ""
@@ -127,7 +129,7 @@ class RolloutSettings:
         """The settings an ``EnvConfig`` gives (step budget, prompt view, timeouts), plus ``kw`` (run_id, split, …)."""
         return cls(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
                    step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
-                   routing_obs_chars=env_cfg.routing_obs_chars, env_workers=env_cfg.workers, **kw)
+                   routing_obs_chars=env_cfg.routing_obs_chars, env_workers=env_cfg.workers, memory=env_cfg.memory, **kw)
 
 
 class _Slot:
@@ -263,7 +265,7 @@ class _EpisodeRunner:
     def exec_input(self, s: _Slot) -> PolicyInput:
         settings = self.settings
         ctx = exec_context(s.traj.env, s.traj.goal, s.obs, s.ctx.talent, s.ctx.skills, s.history, settings.history,
-                           s.admissible, settings.obs_chars)
+                           s.admissible, settings.obs_chars, settings.memory)
         return PolicyInput("exec", execution_messages(ctx), action_completions(s.traj.env, s.admissible),
                            None if s.spec.seed is None else s.spec.seed * 1000 + len(s.traj.env_steps()), s.env, s.traj.env,
                            cache_key=(self.run_key, id(s)))

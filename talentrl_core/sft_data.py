@@ -57,7 +57,7 @@ def forced(env: str, admissible: Optional[Sequence[str]]) -> bool:
 
 
 def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[str], history: int, obs_chars: int,
-                      skip_forced: bool = False) -> list[dict]:
+                      skip_forced: bool = False, memory: bool = False) -> list[dict]:
     ctx = knowledge.context(t.env, t.goal, t.task_type, talent_id, True)
     out = []
     steps = t.env_steps()
@@ -67,7 +67,7 @@ def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[s
         if not s.valid or not s.action or (skip_forced and forced(t.env, s.admissible)):
             hist.append((obs, s.action or s.completion))
             continue
-        ec = exec_context(t.env, t.goal, obs, ctx.talent, ctx.skills, hist, history, s.admissible, obs_chars)
+        ec = exec_context(t.env, t.goal, obs, ctx.talent, ctx.skills, hist, history, s.admissible, obs_chars, memory)
         msgs = execution_messages(ec) + [{"role": "assistant", "content": format_action(t.env, s.action)}]
         out.append({"messages": msgs, "kind": "exec", "task_id": t.task_id, "talent_id": talent_id or "",
                     "skill_ids": list(ctx.skill_ids)})
@@ -109,6 +109,7 @@ def build_sft_data(
     obs_chars: int = 400,
     enforce: bool = True,
     routing_obs_chars: int = 0,
+    memory: bool = False,
 ) -> SFTData:
     samples: list[dict] = []
     labels: Counter = Counter()
@@ -130,7 +131,7 @@ def build_sft_data(
                             "weight": weight})
         flat = rendered_flat(t, cfg.flat_share, cfg.seed)
         n_flat += flat
-        samples.extend(execution_samples(t, knowledge, None if flat else talent, history, obs_chars, cfg.skip_forced))
+        samples.extend(execution_samples(t, knowledge, None if flat else talent, history, obs_chars, cfg.skip_forced, memory))
     exec_s = [s for s in samples if s["kind"] == "exec"]
     with_skill = sum(1 for s in exec_s if s["skill_ids"])
     keys = [json.dumps(s["messages"], sort_keys=True) for s in samples]

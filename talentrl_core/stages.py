@@ -296,7 +296,7 @@ def sft(cfg: TalentRLConfig) -> dict:
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
     data = build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars,
-                          routing_obs_chars=cfg.env.routing_obs_chars)
+                          routing_obs_chars=cfg.env.routing_obs_chars, memory=cfg.env.memory)
     with _tracker(cfg, "sft") as tracker:
         info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model,
                          meta={"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name},

@@ -146,3 +146,35 @@ def test_bench_prints_the_matrix(tmp_path, shared_data, session_cache):
     data = json.loads(out.read_text())
     assert data["games"] == 1 and {r["strategy"] for r in data["episodes"]} == {"surfaces-first", "containers-first"}
     assert set(data["budgets"]) == {"12", "6"} and "by_object" in data["budgets"]["12"]
+
+
+def test_the_memory_line_follows_the_agents_own_search(family, games):
+    """env.memory: the execution prompt carries what the agent's own past says (issue 39): the receptacles it has
+    searched grow, the ones not yet searched shrink, what it holds after a take; a family without one refuses it."""
+    import dataclasses
+
+    from talentrl_core.policies import ExpertPolicy
+    from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
+
+    class Recording(ExpertPolicy):
+        prompts: list = []
+
+        def complete(self, items):
+            self.prompts += [it.messages[-1]["content"] for it in items if it.kind == "exec"]
+            return super().complete(items)
+
+    policy = Recording("surfaces-first")
+    settings = RolloutSettings(max_steps=BUDGET, history=1, memory=True)
+    traj = run_episodes(family.make, [EpisodeSpec(games[PLACE])], policy, settings, progress=False)[0]
+    assert traj.success
+    lines = [next(x for x in p.split("\n") if x.startswith("Memory: ")) for p in policy.prompts]
+    todo = [len(line.split("not yet searched: ")[1].split(", ")) for line in lines]
+    assert lines[0].startswith("Memory: at start; holding nothing") and todo == sorted(todo, reverse=True) and todo[-1] < todo[0]
+    assert any("holding book" in line for line in lines)
+    policy.prompts.clear()
+    run_episodes(family.make, [EpisodeSpec(games[PLACE])], policy, dataclasses.replace(settings, memory=False), progress=False)
+    assert policy.prompts and not any("Memory: " in p for p in policy.prompts)
+    from talentrl_core.envs import make_family
+
+    with pytest.raises(ValueError, match="textworld has no memory line; families with one: alfworld"):
+        make_family(EnvConfig(memory=True), family.cache_dir)

@@ -43,6 +43,10 @@ class EnvConfig:
     "Observations are cut to this many characters in prompts."
     routing_obs_chars: int = 0
     "Characters of the first observation the router sees after the goal (0: the goal only)."
+    memory: bool = False
+    ("Add the family's memory line to execution prompts (ALFWorld: what the agent holds, where it saw the goal's "
+     "objects, the receptacles searched and not yet searched), computed from the agent's own past only: a declared "
+     "deviation from the raw-observation protocol (docs/alfworld.md). A family without one refuses it (envs.make_family).")
     # ALFWorld
     alfworld_archive: str = "${data_dir}/alfworld/json_2.1.1_all.tar.xz"
     "The ALFWorld games archive (unpacked once into cache_dir)."
@@ -98,6 +102,7 @@ class EnvConfig:
                      workers=NON_NEGATIVE)
         if self.invalid_penalty > 0:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")
+
         if self.expert not in ("handcoded", "walkthrough", "planner"):
             raise ValueError(f"env.expert={self.expert!r}: choose handcoded, walkthrough or planner")
         for key, allowed in (("webshop_index", ("memory", "mmap")), ("webshop_search", ("free", "choice")), ("retriever", ("bm25", "dense", "http"))):

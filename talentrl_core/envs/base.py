@@ -152,6 +152,9 @@ class FamilySpec:
     "keeps them."
     strategies: Optional[str] = None
     "Module whose import registers the family's strategy experts (``envs.strategies``); None: none."
+    memory: Optional[Callable[[str, Sequence[tuple[str, str]], str], str]] = None
+    "``(goal, past (observation, action) pairs, current observation) → one line`` of what the agent's own past says "
+    "(``env.memory``: ALFWorld's searched / not yet searched receptacles); None: the family has none."
     reports_score: bool = False
     "Return rule: every family's return is the sum of its step rewards (invalid penalties included); a family "
     "that reports a score (mean final reward x 100, WebShop) shows it beside the success rate."

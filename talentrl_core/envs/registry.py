@@ -44,8 +44,13 @@ def family_spec(name: str) -> FamilySpec:
 
 
 def make_family(cfg: "EnvConfig", cache_dir: str | Path) -> EnvFamily:
-    """The family for ``cfg.name`` (imports only that family's dependencies)."""
-    return family_spec(cfg.name).factory(cfg, Path(cache_dir))
+    """The family for ``cfg.name`` (imports only that family's dependencies); ``env.memory`` on a family without a
+    memory line is refused by name."""
+    spec = family_spec(cfg.name)
+    if cfg.memory and spec.memory is None:
+        have = [n for n, s in FAMILIES.items() if s.memory is not None]
+        raise ValueError(f"env.memory=true: {spec.name} has no memory line; families with one: {', '.join(have)}")
+    return spec.factory(cfg, Path(cache_dir))
 
 
 def panel_family(panel: str) -> tuple[str, str]:

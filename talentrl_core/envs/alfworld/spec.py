@@ -5,6 +5,11 @@ from __future__ import annotations
 from ..base import FamilySpec, lazy_family
 
 
+def _memory(goal, past, observation):
+    from .memory import memory_line
+
+    return memory_line(goal, past, observation)
+
 
 SPEC = FamilySpec(
     name="alfworld",
@@ -18,4 +23,5 @@ SPEC = FamilySpec(
     with_recep_verbs=frozenset({"heat", "cool", "clean"}),
     data_fields=("alfworld_archive",),
     strategies="talentrl_core.envs.alfworld.strategies",
+    memory=_memory,
 )

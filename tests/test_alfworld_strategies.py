@@ -178,3 +178,32 @@ def test_the_memory_line_follows_the_agents_own_search(family, games):
 
     with pytest.raises(ValueError, match="textworld has no memory line; families with one: alfworld"):
         make_family(EnvConfig(memory=True), family.cache_dir)
+
+
+def test_procedure_talents_one_per_task_type_whatever_search_played(family, games, tmp_path):
+    """library.talents_by=procedure (issue 39): the same surfaces-first demonstrations give one talent per task
+    procedure, named after it, its description first; the trajectories keep their strategy."""
+    from talentrl_core.config import LibraryConfig
+    from talentrl_core.envs.alfworld.procedures import DESCRIPTIONS
+    from talentrl_core.knowledge import LibraryKnowledge
+    from talentrl_core.library import distill_library
+    from talentrl_core.library.store import Library
+    from talentrl_core.policies import ExpertPolicy
+    from talentrl_core.rollout import EpisodeSpec, RolloutSettings, run_episodes
+
+    specs = [EpisodeSpec(games[k], seed=i) for i, k in enumerate((PLACE, PICK_TWO))]
+    trajs = run_episodes(family.make, specs, ExpertPolicy("surfaces-first"), RolloutSettings(max_steps=BUDGET), progress=False)
+    for i, t in enumerate(trajs):
+        t.traj_uid = f"u{i}"
+    assert all(t.success and t.strategy == "surfaces-first" for t in trajs)
+    cfg = LibraryConfig(uri=str(tmp_path / "db"), embedder="hashing", min_support=0.5, delta=0.0, talents_by="procedure")
+    meta = distill_library(trajs, cfg, "alfworld")
+    assert set(meta["strategy_talent"]) == {"place", "two-objects"} and len(set(meta["strategy_talent"].values())) == 2
+    k = LibraryKnowledge(Library.open(cfg.uri, cfg=cfg), cfg)
+    menu = {m.name: m for m in k.menu("alfworld")}
+    assert set(menu) == {"Place", "Two-objects"}
+    assert all(m.strategy.startswith(DESCRIPTIONS[n.lower()]) for n, m in menu.items())
+    assert k.oracle_talent("alfworld", "pick_and_place_simple") == meta["strategy_talent"]["place"]
+    assert [t.strategy for t in trajs] == ["surfaces-first"] * 2
+    with pytest.raises(ValueError, match="choose strategy or procedure"):
+        LibraryConfig(talents_by="task")

@@ -72,6 +72,10 @@ class LibraryConfig:
     "Top-K general skills retrieved."
     k_mistake: int = 1
     "Top-K mistakes retrieved."
+    talents_by: str = "strategy"
+    ("strategy: one talent per strategy expert that produced the trajectories; procedure: one per task procedure of "
+     "the family (ALFWorld: place, two objects, clean, heat, cool, look under a lamp), whatever search produced them "
+     "(envs/alfworld/procedures.py).")
     n_talents: int = 0
     "Number of talents (clusters); 0: one per strategy expert when trajectories carry strategies, else chosen by silhouette over 3..8."
     filter_task_type: bool = False
@@ -118,6 +122,8 @@ class LibraryConfig:
             raise ValueError("library.distiller=teacher needs library.teacher_base_url and library.teacher_model")
         if not -1.0 <= self.delta <= 1.0:
             raise ValueError("library.delta is a cosine threshold: keep it in [-1, 1]")
+        if self.talents_by not in ("strategy", "procedure"):
+            raise ValueError(f"library.talents_by={self.talents_by!r}: choose strategy or procedure")
         if not 0.0 < self.min_support <= 1.0:
             raise ValueError("library.min_support is a share of successes: keep it in (0, 1]")
         if self.max_pattern_len < 2:

@@ -155,6 +155,10 @@ class FamilySpec:
     memory: Optional[Callable[[str, Sequence[tuple[str, str]], str], str]] = None
     "``(goal, past (observation, action) pairs, current observation) → one line`` of what the agent's own past says "
     "(``env.memory``: ALFWorld's searched / not yet searched receptacles); None: the family has none."
+    procedure_of: Optional[Callable[[str], Optional[str]]] = None
+    "Task type → the procedure it asks for (``library.talents_by=procedure``: one talent per procedure); None: none."
+    procedures: Optional[str] = None
+    "Module whose ``DESCRIPTIONS`` (procedure → what it does) start each procedure talent's strategy text."
     reports_score: bool = False
     "Return rule: every family's return is the sum of its step rewards (invalid penalties included); a family "
     "that reports a score (mean final reward x 100, WebShop) shows it beside the success rate."

@@ -14,6 +14,22 @@ from .store import Library
 log = logging.getLogger(__name__)
 
 
+def by_procedure(trajectories: list[Trajectory], env: str) -> list[Trajectory]:
+    """``env``'s trajectories with their task type's procedure in place of the strategy that produced them
+    (``library.talents_by=procedure``; copies: the trajectories on disk keep their strategy)."""
+    from ..envs.registry import family_spec
+
+    spec = family_spec(env)
+    if spec.procedure_of is None:
+        raise ValueError(f"library.talents_by=procedure: {env} has no task procedures (FamilySpec.procedure_of); "
+                         "use talents_by=strategy")
+    out = []
+    for t in trajectories:
+        proc = spec.procedure_of(t.task_type) if t.env == env else None
+        out.append(dataclasses.replace(t, strategy=proc) if proc else t)
+    return out
+
+
 def distill_library(
     trajectories: list[Trajectory],
     cfg: LibraryConfig,
@@ -32,6 +48,8 @@ def distill_library(
     env = str(env)  # an EnvName member is written as its plain value
     if not any(t.env == env for t in trajectories):
         raise ValueError(f"no trajectories of env {env!r} to distil (got envs {sorted({t.env for t in trajectories})})")
+    if cfg.talents_by == "procedure":
+        trajectories = by_procedure(trajectories, env)
     enc = embedder or embedder_for(cfg)
     n_strategies = len({t.strategy for t in trajectories if t.env == env and t.strategy and t.success})
     if n_strategies >= 2 and cfg.n_talents == 0:  # one talent per generating strategy is what the data supports

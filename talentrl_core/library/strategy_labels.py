@@ -100,9 +100,15 @@ def describe_talents(env: str, talents: Sequence[TalentRecord], talent_of: dict[
     Ids stay the distiller's content hashes."""
     from .templates import type_label
 
+    from ..envs.registry import FAMILIES
     from ..envs.strategies import strategies
 
     described = {s.name: s.description for s in strategies(env)}
+    spec = FAMILIES.get(env)
+    if spec is not None and spec.procedures:  # procedure talents (library.talents_by=procedure) start with what the procedure does
+        import importlib
+
+        described.update(importlib.import_module(spec.procedures).DESCRIPTIONS)
     by_talent = {tid: s for s, tid in talent_of.items()}
     out = []
     for t in talents:

@@ -5,6 +5,12 @@ from __future__ import annotations
 from ..base import FamilySpec, lazy_family
 
 
+def _procedure_of(task_type):
+    from .procedures import procedure_of
+
+    return procedure_of(task_type)
+
+
 def _memory(goal, past, observation):
     from .memory import memory_line
 
@@ -24,4 +30,6 @@ SPEC = FamilySpec(
     data_fields=("alfworld_archive",),
     strategies="talentrl_core.envs.alfworld.strategies",
     memory=_memory,
+    procedure_of=_procedure_of,
+    procedures="talentrl_core.envs.alfworld.procedures",
 )

@@ -9,7 +9,7 @@ export DAGSTER_DISABLE_TELEMETRY := 1
 export TOKENIZERS_PARALLELISM := false
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup data demo repro cpu-full webshop test test-all ui bench clean clean-all
+.PHONY: setup data demo repro cpu-full webshop alfworld test test-all ui bench clean clean-all
 
 # Creates .venv from the committed lock when it is missing (idempotent: a stamp records the lock hash).
 # On a CPU-only machine, `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the lock's torch
@@ -47,6 +47,11 @@ cpu-full: setup
 # WebShop (1,000 products, 500 test goals): same chain with experiment=webshop, also recorded in DVC.
 webshop: setup data
 	$(PY) -m pipeline.demo experiment=webshop
+
+# ALFWorld (3,553 train games, valid_seen / valid_unseen): same chain with experiment=alfworld (hours on 2 cores;
+# every stage resumes, so re-running continues where a stop left it: docs/alfworld.md).
+alfworld: setup data
+	$(PY) -m pipeline.demo experiment=alfworld
 
 test: setup
 	$(PY) -m pytest -q -m "not slow"

@@ -397,3 +397,41 @@ def test_evaluations_of_disjoint_systems_merge_into_the_single_run(shared_data, 
         assert merged[key] == whole[key], key
     with pytest.raises(ValueError, match="strategy:rule_options is in both"):
         merge([b, b])
+
+
+def test_a_killed_evaluation_resumes_from_its_finished_chunks(shared_data, tmp_path, monkeypatch):
+    """evaluation/resume.py: each finished chunk of a system's episodes is kept under <eval>.work; a re-run plays only
+    the chunks not yet there and ends with the rows an uninterrupted run gives; the folder goes once the files are
+    written."""
+    from pipeline.config import load_config
+    from talentrl_core.evaluation import runner
+    from talentrl_core.rollout import NoKnowledge
+
+    monkeypatch.setattr(runner, "CHUNK", 5)
+    real, calls = runner.run_episodes, []
+
+    def counting(*a, **kw):
+        calls.append(len(a[1]))
+        if fail_after[0] is not None and len(calls) > fail_after[0]:
+            raise KeyboardInterrupt("killed")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(runner, "run_episodes", counting)
+
+    def evaluate(name):
+        cfg = load_config(["experiment=webshop", f"artifacts_dir={tmp_path / name}", f"data_dir={shared_data}",
+                           "eval.n_per_panel=12", "eval.systems=[random_action,strategy:rule_options]", "tracker.mode=disabled"])
+        out = runner.evaluate_all(cfg, lambda flat, checkpoint: NoKnowledge(), progress=False)
+        return Path(out["files"]["episodes.jsonl"]).read_text()
+
+    fail_after = [None]
+    whole = evaluate("whole")
+    assert calls == [5, 5, 2, 5, 5, 2] and not (tmp_path / "whole" / "eval.work").exists()
+    calls.clear()
+    fail_after[0] = 4
+    with pytest.raises(KeyboardInterrupt):
+        evaluate("killed")
+    assert len(list((tmp_path / "killed" / "eval.work").rglob("*.json"))) == 4
+    calls.clear()
+    fail_after[0] = None
+    assert evaluate("killed") == whole and calls == [5, 2]

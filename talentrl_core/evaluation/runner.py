@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Optional
 
+from ..checkpoints import model_digest, model_job
 from ..config import EnvConfig, TalentRLConfig
 from ..envs.registry import FAMILIES, panel_family
 from ..io import read_json, write_text
@@ -28,6 +29,7 @@ from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
 from .metrics import EpisodeResult, build_metrics, routing_confusion, training_summary
 from .report import write_report
+from .resume import CHUNK, ChunkCache, add_perf, chunk_key
 from ..systems import CHECKPOINTS, NO_CHECKPOINT, RL_CHECKPOINTS, system_spec
 from .talent_effect import matrix_from_labels, talent_metrics
 
@@ -162,6 +164,43 @@ def episode_result(system: str, panel: str, t, knowledge, sample_idx: int) -> Ep
     )
 
 
+class SystemRun:
+    """One system on one panel, played in resumable chunks (``resume.ChunkCache``): a chunk already played under the
+    same key is read, the others run and are kept as they finish. The policy is loaded only when a chunk runs."""
+
+    def __init__(self, cfg: TalentRLConfig, panel: str, system: str, spec, ckpt: str, knowledge, policies: dict,
+                 cache: ChunkCache, progress: bool):
+        self.cfg, self.panel, self.system, self.spec, self.ckpt = cfg, panel, system, spec, ckpt
+        self.knowledge, self.policies, self.cache, self.progress = knowledge, policies, cache, progress
+        self.identity = {"system": system, "checkpoint": model_digest(ckpt) if ckpt else "",
+                         "library": getattr(knowledge, "version", None), "model": model_job(cfg.model)}
+
+    def attempt(self, family, tasks, settings, k: int) -> tuple[list[EpisodeResult], dict]:
+        """(episode rows, cost) of attempt ``k`` (0: greedy) over ``tasks``."""
+        ev, spec, rows, cost = self.cfg.eval, self.spec, [], None
+        for start in range(0, len(tasks), CHUNK):
+            chunk = tasks[start:start + CHUNK]
+            key = chunk_key(**self.identity, k=k, seed=ev.seed, settings=settings, tasks=[t.task_id for t in chunk])
+            got = self.cache.get(self.panel, self.system, k, start, key)
+            if got is None:
+                policy = (floor_policy(spec, ev.seed * 100003 + 7919 * k + start) if spec.checkpoint == NO_CHECKPOINT
+                          else system_policy(self.cfg, spec, self.ckpt, k, self.policies))
+                policy.name = self.system
+                specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills,
+                                     seed=ev.seed * 100003 + 7919 * k + start + i) for i, t in enumerate(chunk)]
+                t0, before = time.perf_counter(), gen_stats(policy)
+                trajs = run_episodes(family.make, specs, policy, dataclasses.replace(settings, checkpoint=self.ckpt),
+                                     self.knowledge, self.cfg.collect.batch_size, self.progress)
+                check_one_per_task(trajs, chunk, self.system, self.panel)
+                know = self.knowledge if spec.use_skills else None
+                got = {"rows": [dataclasses.asdict(episode_result(self.system, self.panel, t, know, k)) for t in trajs],
+                       "perf": run_perf(trajs, time.perf_counter() - t0, before, gen_stats(policy))}
+                self.cache.put(self.panel, self.system, k, start, key, got["rows"], got["perf"])
+            rows += [EpisodeResult(**r) for r in got["rows"]]
+            cost = add_perf(cost, got["perf"])
+        return rows, cost or {}
+
+
 def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) -> dict:
     """Evaluate ``cfg.eval.systems`` on ``cfg.eval.panels``; write metrics.json, report.md and plots.
 
@@ -173,6 +212,7 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     follow_free_cpus(cfg.model.threads)  # the process's thread governor: the rollout loop re-checks it every turn
     paths = ArtifactPaths.of(cfg)
     ev = cfg.eval
+    cache = ChunkCache(paths.eval)
     results: list[EpisodeResult] = []
     skipped: dict[str, str] = {}
     policies: dict[str, object] = {}
@@ -191,19 +231,12 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
             else:
                 knowledge = knowledge_factory(spec.flat, checkpoint_path(paths, spec.checkpoint))
                 versions[system] = knowledge.version
+            run = SystemRun(cfg, panel, system, spec, ckpt, knowledge, policies, cache, progress)
             for k in range(ev.avg_k + 1):  # k = 0: greedy; 1..avg_k: sampled
-                policy = system_policy(cfg, spec, ckpt, k, policies)
-                policy.name = system
-                specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills, seed=ev.seed * 100003 + 7919 * k + i)
-                         for i, t in enumerate(tasks)]
-                t0, before = time.perf_counter(), gen_stats(policy)
-                trajs = run_episodes(family.make, specs, policy, dataclasses.replace(settings, checkpoint=ckpt),
-                                     knowledge, cfg.collect.batch_size, progress)
-                check_one_per_task(trajs, tasks, system, panel)
+                rows, cost = run.attempt(family, tasks, settings, k)
                 if k == 0:
-                    perf.setdefault(system, {})[panel] = run_perf(trajs, time.perf_counter() - t0, before,
-                                                                  gen_stats(policy))
-                results += [episode_result(system, panel, t, knowledge if spec.use_skills else None, k) for t in trajs]
+                    perf.setdefault(system, {})[panel] = cost
+                results += rows
     if not results:
         raise RuntimeError(f"nothing to evaluate: {skipped or 'no systems/panels configured'}")
     metrics = build_metrics(results, ci=ev.ci, seed=ev.seed)
@@ -220,4 +253,5 @@ def evaluate_all(cfg: TalentRLConfig, knowledge_factory, progress: bool = True) 
     episodes = paths.eval / "episodes.jsonl"  # per-episode results: recompute any statistic without re-running
     write_text(episodes, "".join(json.dumps(dataclasses.asdict(r), sort_keys=True) + "\n" for r in results))
     files["episodes.jsonl"] = str(episodes)
+    cache.clear()
     return {"metrics": metrics, "files": {k: str(v) for k, v in files.items()}, "skipped": skipped}

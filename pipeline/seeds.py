@@ -9,8 +9,9 @@ RL systems only. Each stage resumes like any pipeline stage, so an interrupted r
 place. ``<from>/eval`` itself is seed 0 (the pipeline's own ``rl.seed`` default).
 
 Then ``<out>/seed<N>/`` gets each seed's ``metrics.json`` and ``episodes.jsonl``, and ``<out>/pooled.json``
-the per-seed and pooled exact McNemar tests of ``talentrl`` vs ``flat_grpo`` (and vs ``talent_sft`` where seed 0
-has it) on every (seed, task) pair. ``--pool-only`` recomputes ``pooled.json`` from ``<out>`` alone.
+the per-seed exact McNemar tests of ``talentrl`` vs ``flat_grpo`` (and vs ``talent_sft`` where seed 0 has it) and,
+across seeds, a task-level sign test: a task counts once whatever the number of seeds (the seeds' pairs on one panel
+are not independent). ``--pool-only`` recomputes ``pooled.json`` from ``<out>`` alone.
 
 A negative seed or a ``--from`` that is not a folder is refused by name before any folder is made; every failure
 ends in one line ``pipeline.seeds: error: …`` (``TALENTRL_TRACEBACK=1`` shows the traceback).
@@ -18,8 +19,8 @@ ends in one line ``pipeline.seeds: error: …`` (``TALENTRL_TRACEBACK=1`` shows 
 ``--redraw sft`` replicates the SFT draw instead (the demo's router is learned fully, partly or not at all depending
 on it: docs/talents.md §11): ``<from>/sft_seeds/seed<N>`` links trajectories, library and base model only, and runs
 sft (``sft.seed=N``), rl (both systems) and evaluate (every system), so each draw has its own talent_sft and
-flat_skillbank. ``pooled.json`` then also pools ``talent_sft vs flat_skillbank`` and ``oracle_talent vs
-random_talent`` over the draws.
+flat_skillbank. ``pooled.json`` then also tests ``talent_sft vs flat_skillbank`` and ``oracle_talent vs
+random_talent`` per draw and across the draws.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ def _greedy(path: Path) -> dict[str, dict[str, bool]]:
 
 
 def pooled(out: Path, pairs: Sequence[tuple[str, str]] = PAIRS) -> dict:
-    """Per-seed and pooled discordant counts and exact McNemar p from ``<out>/seed*/episodes.jsonl``."""
+    """Per-seed discordant counts and exact McNemar p from ``<out>/seed*/episodes.jsonl``, and across seeds a
+    task-level sign test (per task, ``a``'s successes summed over the seeds against ``b``'s: ahead, behind or tied).
+    The seeds' pairs on one panel are never counted as independent (issue 38): the same task in several seeds is one
+    unit of the across-seed test."""
     from talentrl_core.evaluation.stats import mcnemar_exact
 
     seeds = sorted((p for p in out.glob("seed*/episodes.jsonl")), key=lambda p: int(p.parent.name[4:]))
@@ -95,7 +99,7 @@ def pooled(out: Path, pairs: Sequence[tuple[str, str]] = PAIRS) -> dict:
     greedy = {p: _greedy(p) for p in seeds}
     sft = greedy[seeds[0]].get("talent_sft") if seeds[0].parent.name == "seed0" else None
     for a, b in pairs:
-        per, tot = {}, [0, 0, 0]
+        per, diff = {}, {}
         for p in seeds:
             g = greedy[p]
             ra, rb = g.get(a), g.get(b) or (sft if b == "talent_sft" else None)
@@ -106,11 +110,14 @@ def pooled(out: Path, pairs: Sequence[tuple[str, str]] = PAIRS) -> dict:
             bo = sum(rb[t] and not ra[t] for t in common)
             per[p.parent.name] = {"a_success": sum(ra[t] for t in common) / len(common), "b_success": sum(rb[t] for t in common) / len(common),
                                   "a_only": ao, "b_only": bo, "n": len(common), "p_mcnemar": mcnemar_exact(ao, bo)}
-            tot = [tot[0] + ao, tot[1] + bo, tot[2] + len(common)]
+            for t in common:
+                diff[t] = diff.get(t, 0) + int(ra[t]) - int(rb[t])
         if per:
-            result["pairs"][f"{a} vs {b}"] = {"per_seed": per, "pooled": {"a_only": tot[0], "b_only": tot[1], "n": tot[2],
-                                                                            "p_mcnemar": mcnemar_exact(tot[0], tot[1])},
-                                              "a_ahead_in_every_seed": all(v["a_success"] > v["b_success"] for v in per.values())}
+            ahead, behind = sum(d > 0 for d in diff.values()), sum(d < 0 for d in diff.values())
+            result["pairs"][f"{a} vs {b}"] = {
+                "per_seed": per,
+                "task_sign_test": {"tasks": len(diff), "ahead": ahead, "behind": behind, "p_sign": mcnemar_exact(ahead, behind)},
+                "a_ahead_in_every_seed": all(v["a_success"] > v["b_success"] for v in per.values())}
     return result
 
 

@@ -258,7 +258,7 @@ def test_talent_metrics_accuracy_regret_and_section(knowledge):
     assert "| talent_sft | 0.750 | 0.250 | 0.900 / 25% |" in md
 
 
-def test_seed_replicates_pool_paired_counts(tmp_path):
+def test_seed_replicates_test_per_seed_and_per_task_across_seeds(tmp_path):
     import json
 
     from pipeline.seeds import pooled
@@ -274,15 +274,16 @@ def test_seed_replicates_pool_paired_counts(tmp_path):
     write(1, [("talentrl", "a", True), ("flat_grpo", "a", False), ("talentrl", "b", False), ("flat_grpo", "b", True)])
     res = pooled(tmp_path)
     tf = res["pairs"]["talentrl vs flat_grpo"]
-    assert tf["pooled"] == {"a_only": 2, "b_only": 1, "n": 4, "p_mcnemar": 1.0}
+    # across seeds a task is one unit: task a ahead (2 vs 0), task b behind (1 vs 2)
+    assert tf["task_sign_test"] == {"tasks": 2, "ahead": 1, "behind": 1, "p_sign": 1.0} and "pooled" not in tf
     assert tf["per_seed"]["seed1"]["a_only"] == 1 and not tf["a_ahead_in_every_seed"]
     # seed 0's talent_sft is the shared SFT baseline of every seed
-    assert res["pairs"]["talentrl vs talent_sft"]["pooled"]["a_only"] == 3
+    assert res["pairs"]["talentrl vs talent_sft"]["task_sign_test"]["ahead"] == 2
 
 
 def test_sft_draw_replicates_retrain_sft_and_pool_the_sft_pairs(tmp_path):
     """--redraw sft: a replicate links trajectories, library and base model but trains its own SFT checkpoint, and
-    the pooled tests add talent_sft vs flat_skillbank and oracle vs random talent, each draw against its own."""
+    the tests add talent_sft vs flat_skillbank and oracle vs random talent, each draw against its own."""
     import json
 
     from pipeline.seeds import SFT_PAIRS, prepare_replicate, pooled
@@ -305,7 +306,7 @@ def test_sft_draw_replicates_retrain_sft_and_pool_the_sft_pairs(tmp_path):
                                                         + "\n" for sy, t, ok in rows))
     res = pooled(out, SFT_PAIRS)
     sf = res["pairs"]["talent_sft vs flat_skillbank"]
-    assert sf["pooled"]["a_only"] == 2 and sf["per_seed"]["seed1"]["a_only"] == 0 and not sf["a_ahead_in_every_seed"]
+    assert sf["task_sign_test"]["ahead"] == 2 and sf["per_seed"]["seed1"]["a_only"] == 0 and not sf["a_ahead_in_every_seed"]
     assert "talent_sft vs flat_skillbank" not in pooled(out)["pairs"]  # RL seeds share one SFT: not pooled there
 
 

@@ -8,14 +8,14 @@ training skipped when its model is there and an evaluation when its episodes are
 
 * ``<root>/d<D>``: SFT on the demonstrator's labels, then zero_shot, flat_skillbank, random_talent, oracle_talent and
   talent_sft evaluated;
-* ``<root>/d<D>/oracle_sft``: SFT on the measured-best labels (``sft.routing_labels=measured_best``), evaluated as
-  ``oracle_sft``;
 * per RL seed S and variant V, ``<root>/d<D>/s<S>-<V>``, starting from the draw's SFT checkpoint: ``talentrl`` (the
   config's RL), ``routing_only`` (``rl.train_execution=false`` at ``--a1-steps`` updates of ``--a1-tasks`` tasks),
   ``sampled_talent_rl`` (``rl.arms=sample``: each rollout draws its own talent, the ordinary group advantage),
   ``shuffled_contrast_rl`` (``rl.shuffle_route_credit=true``) and ``relabel_sft`` (``talentrl_core.relabel``: the
   student's talents measured with talentrl's rollout budget, the router fine-tuned on the winners for as many steps
-  as talentrl makes updates).
+  as talentrl makes updates);
+* ``<root>/d<D>/oracle_sft``: SFT on the measured-best labels (``sft.routing_labels=measured_best``), evaluated as
+  ``oracle_sft`` (last: the longest run and the least needed).
 
 Then ``<out>/draw<D>/seed<S>/`` gets ``episodes.jsonl`` (the draw's systems and the seed's variants under their
 names) and ``metrics.json``, and ``<out>/draw<D>/verdicts.json`` the tests of ``routing_verdicts``. ``--report-only``
@@ -84,11 +84,6 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
         if not _trained(d):
             stages.sft(cfg(d))
         stages.evaluate(cfg(d, f"eval.systems=[{','.join(DRAW_SYSTEMS)}]"))
-    o = runs["oracle_sft"] = link(d, d / "oracle_sft", SHARED + ("models/base",))
-    if not _evaluated(o):
-        if not _trained(o):
-            stages.sft(cfg(o, "sft.routing_labels=measured_best", "sft.demonstrator_habit={}"))
-        stages.evaluate(cfg(o, "eval.systems=[talent_sft]"))
     for s in seeds:
         for v in variants:
             f = runs[f"s{s}-{v}"] = link(d, d / f"s{s}-{v}", SHARED + ("models/base",) + (() if v == "relabel_sft" else ("models/sft",)))
@@ -103,6 +98,11 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
                 if not _trained(f, "rl"):
                     stages.rl(c)
                 stages.evaluate(cfg(f, f"rl.seed={s}", *VARIANTS[v](args), "eval.systems=[talentrl]"))
+    o = runs["oracle_sft"] = link(d, d / "oracle_sft", SHARED + ("models/base",))
+    if not _evaluated(o):
+        if not _trained(o):
+            stages.sft(cfg(o, "sft.routing_labels=measured_best", "sft.demonstrator_habit={}"))
+        stages.evaluate(cfg(o, "eval.systems=[talent_sft]"))
     return runs
 
 
@@ -121,6 +121,9 @@ def relabel(cfg, checkpoint: Path, out: Path, seed: int) -> dict:
 
 
 def _rows(folder: Path, keep: Sequence[str], rename: dict[str, str]) -> list[dict]:
+    """The run's greedy episode rows of ``keep`` renamed; none when the run has not been evaluated (yet)."""
+    if not _evaluated(folder):
+        return []
     rows = [json.loads(line) for line in (folder / "eval" / "episodes.jsonl").read_text().splitlines() if line.strip()]
     return [{**r, "system": rename.get(r["system"], r["system"])} for r in rows if r["system"] in keep]
 
@@ -171,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = args.out / f"draw{args.draw}"
     per_seed = gather(runs, args.seeds, args.variants, out)
     verdicts = routing_verdicts(per_seed, args.variants)
+    verdicts["not_evaluated"] = sorted(name for name, folder in runs.items() if not _evaluated(folder))
     write_json(out / "verdicts.json", verdicts)
     print(json.dumps(verdicts["summary"], indent=1))
     return 0

@@ -83,6 +83,18 @@ def test_build_metrics_shape_and_values():
     assert json.loads(json.dumps(m, allow_nan=False)) == m
 
 
+def test_routing_accuracy_is_na_where_the_oracle_talent_is_one_for_every_task():
+    """Issue 38: with one oracle talent on every task (WebShop's rank_order) there is no routing choice to get right:
+    routing_accuracy is None in metrics.json and "n/a" in the report."""
+    rs = [EpisodeResult("talent_sft", "webshop", f"g{i}", "shop", i % 2 == 0, 0.5, 10, chosen_talent="T1" if i % 3 else "T2",
+                        oracle_talent="T1") for i in range(6)]
+    m = build_metrics(rs, seed=0, n_boot=50)
+    validate_metrics(m)
+    block = m["systems"]["talent_sft"]["webshop"]
+    assert block["routing_accuracy"] is None and block["routing_n"] == 6
+    assert "| talent_sft | webshop | n/a | 6 |" in render_markdown(m)
+
+
 def test_build_metrics_bootstrap_ci_and_errors():
     m = build_metrics(_results(), ci="bootstrap", n_boot=200, seed=1)
     assert m["systems"]["talentrl"]["textworld"]["ci_method"] == "bootstrap"

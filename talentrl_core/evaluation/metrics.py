@@ -170,8 +170,9 @@ def build_metrics(
                 "n_tasks": int(len(per_task)),
             }
         routed = [e for e in greedy if e.oracle_talent is not None and e.chosen_talent is not None]
-        if routed:
-            block["routing_accuracy"] = float(np.mean([e.chosen_talent == e.oracle_talent for e in routed]))
+        if routed:  # n/a (None) where the oracle label is the same on every task: no routing choice to get right
+            one_label = len({e.oracle_talent for e in routed}) < 2
+            block["routing_accuracy"] = None if one_label else float(np.mean([e.chosen_talent == e.oracle_talent for e in routed]))
             block["routing_n"] = int(len(routed))
         systems.setdefault(system, {})[panel] = block
     return {"schema": SCHEMA_VERSION, "ci_level": 0.95, "systems": systems, "paired": paired_comparisons(rs)}

@@ -3,9 +3,14 @@ accepted silently. One row per case; the table in docs/reliability.md is this li
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from pipeline.config import ConfigError, load_config
+
+# every file in conf/experiment is a choice; the message lists them all, sorted
+EXPERIMENTS = ", ".join(sorted(p.stem for p in (Path(__file__).parents[2] / "conf" / "experiment").glob("*.yaml")))
 
 CASES = [
     # override, what the message must contain
@@ -75,7 +80,7 @@ CASES = [
     ("+foo=1", "unknown config key 'foo'"),
     ("+sft.max_stepz=3", "unknown config key 'sft.max_stepz'"),
     ("++rl.stepz=3", "unknown config key 'rl.stepz'"),
-    ("experiment=nope", "unknown choice 'nope' for config group 'experiment'; choices: cpu_full, demo, fork, gpu, webshop"),
+    ("experiment=nope", "unknown choice 'nope' for config group 'experiment'; choices: " + EXPERIMENTS),
     ("env=nope", "unknown choice 'nope' for config group 'env'"),
     ("sft.lr=fast", "sft.lr=fast: Value 'fast' of type 'str' could not be converted to Float"),
     # a dict-valued panel setting and the +/++ forms: every entry is checked like the key it replaces

@@ -13,6 +13,7 @@ same random numbers (matched interventions, DESIGN.md §5) whatever else is in t
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 from dataclasses import dataclass, field
 from typing import Hashable, Optional, Protocol, Sequence
@@ -112,8 +113,9 @@ class TransformersGenerator:
         self._tries: dict[tuple[str, ...], TokenTrie] = {}
         self._kv: dict[Hashable, tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
         "cache_key -> (token ids, per-layer (keys, values) of shape (kv_heads, T, head_dim)) of the last prompt."
-        self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0, "forwards": 0}
-        "Prompt tokens asked for, tokens actually run through the prefill (the rest came from the KV cache), forwards."
+        self.stats = {"prompt_tokens": 0, "prefilled_tokens": 0, "forwards": 0, "prompts_cut": 0}
+        """Prompt tokens asked for, tokens actually run through the prefill (the rest came from the KV cache), forwards,
+        prompts that lost their start to the context (the first one is also logged)."""
 
     def _trie(self, allowed: list[str]) -> TokenTrie:
         key = tuple(allowed)
@@ -258,6 +260,12 @@ class TransformersGenerator:
         device = next(self.model.parameters()).device
         keep = self.max_context - max_new_tokens
         prompts = [r.prompt_ids[-keep:] for r in requests]  # left truncation keeps the current observation
+        cut = [len(r.prompt_ids) for r in requests if len(r.prompt_ids) > keep]
+        if cut and not self.stats["prompts_cut"]:
+            logging.getLogger(__name__).warning(
+                "a prompt of %d tokens was cut to %d (the context, model.max_position_embeddings=%d, less "
+                "max_new_tokens): its start, the task line with it, is lost", max(cut), keep, self.max_context)
+        self.stats["prompts_cut"] += len(cut)
         tries = [self._trie(r.allowed) if r.allowed else None for r in requests]
         gens = self._seeded(requests)
         B = len(prompts)

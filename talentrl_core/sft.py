@@ -18,8 +18,8 @@ from typing import Optional, Sequence
 from .checkpoints import claim_work_dir, commit_staged, model_digest, model_job, newest_sound, step_folders, write_final
 from .config import ModelConfig, SFTConfig
 from .io import disk_full_named, write_json
-from .sft_data import (SFTData, assistant_mask_by_prefix, build_sft_data, execution_samples, forced,  # noqa: F401
-                       rendered_flat, routing_label, step_observations, tokenize_sample)
+from .sft_data import (SFTData, assistant_mask_by_prefix, build_sft_data, check_cut, execution_samples,  # noqa: F401
+                       forced, rendered_flat, routing_label, step_observations, tokenize_sample)
 from .workdir import say
 
 
@@ -304,6 +304,7 @@ def train_sft(
         model = get_peft_model(model, LoraConfig(r=model_cfg.lora_r, lora_alpha=2 * model_cfg.lora_r, task_type="CAUSAL_LM", target_modules="all-linear"))
     max_length = min(cfg.max_length, getattr(model.config, "max_position_embeddings", cfg.max_length))
     rows = [tokenize_sample(tok, s["messages"], max_length) for s in data.samples]
+    cut = check_cut(rows, max_length, cfg.max_cut_share)
     ds, gate = training_order(data, rows, cfg)
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
@@ -336,6 +337,7 @@ def train_sft(
         "resumed_from": str(resume) if resume else None,
         "routing_warmup": warmup_report(trainer.state.log_history, gate),
         "data_report": data.report,
+        "samples_cut": cut,
         **(meta or {}),
     }
     def write(tmp: Path) -> None:

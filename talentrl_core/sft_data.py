@@ -14,6 +14,7 @@ duplicate share. ``tokenize_sample`` renders a sample with the chat template and
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -215,7 +216,7 @@ def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
     A template with ``{% generation %}`` markers gives the mask directly; any other template gets it from the
     rendered prompt with and without each assistant turn (``assistant_mask_by_prefix``). A sample longer than
     ``max_length`` loses the start of its prompt, as generation does: the label (the assistant turn at the end)
-    is never cut.
+    is never cut; ``length`` is the sample's length before the cut (``check_cut`` reads it).
     """
     if _GENERATION_TAG.search(tok.chat_template or ""):
         out = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
@@ -225,4 +226,25 @@ def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
         ids, mask = assistant_mask_by_prefix(tok, messages)
     if not any(mask):
         raise ValueError("the chat template marks no assistant tokens in this sample")
-    return {"input_ids": ids[-max_length:], "assistant_masks": mask[-max_length:]}
+    return {"input_ids": ids[-max_length:], "assistant_masks": mask[-max_length:], "length": len(ids)}
+
+
+def check_cut(rows: list[dict], max_length: int, max_share: float) -> dict:
+    """Pop each row's ``length``; {n_cut, cut_share, longest}. Logs any cut and refuses (naming the settings) when
+    more than ``max_share`` of the samples were cut: a cut sample loses the start of its prompt, the task line first,
+    so the model learns to act without seeing its task (WebShop's product pages at 1,024 tokens, 69% of the samples:
+    docs/results/webshop). TRL cuts silently; this says so.
+    """
+    lengths = [r.pop("length") for r in rows]
+    n_cut = sum(n > max_length for n in lengths)
+    out = {"n_cut": n_cut, "cut_share": n_cut / max(len(lengths), 1), "longest": max(lengths, default=0)}
+    if n_cut:
+        logging.getLogger(__name__).warning("%d of %d SFT samples are longer than %d tokens (the longest %d) and lose "
+                                            "the start of their prompt", n_cut, len(lengths), max_length, out["longest"])
+    if out["cut_share"] > max_share:
+        raise ValueError(
+            f"{n_cut} of {len(lengths)} SFT samples ({out['cut_share']:.1%}) are longer than {max_length} tokens (the "
+            f"longest {out['longest']}) and would lose the start of their prompt, the task with it: raise sft.max_length "
+            f"and model.max_position_embeddings, or shorten the prompt (env.obs_chars, env.history); "
+            f"sft.max_cut_share={max_share} allows more")
+    return out

@@ -238,7 +238,8 @@ def test_evaluation_cost_section_reports_prompt_and_prefilled_tokens_per_step():
 
     c = run_perf([T(), T()], 12.34, {"prompt_tokens": 100, "prefilled_tokens": 100, "forwards": 3},
                  {"prompt_tokens": 4600, "prefilled_tokens": 1900, "forwards": 23})
-    assert c == {"seconds": 12.3, "policy_steps": 10, "prompt_tokens": 4500, "prefilled_tokens": 1800, "forwards": 20}
+    assert c == {"seconds": 12.3, "policy_steps": 10, "prompt_tokens": 4500, "prefilled_tokens": 1800, "forwards": 20,
+                 "prompts_cut": 0}
     m = build_metrics(_results(), n_boot=50)
     assert "Evaluation cost" not in render_markdown(m)  # no perf recorded: no section
     m["perf"] = {"talentrl": {"textworld": c}}

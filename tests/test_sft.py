@@ -118,6 +118,21 @@ def test_long_sample_loses_its_prompt_start_never_its_label(tmp_path, shared_dat
     assert cut["input_ids"] == full["input_ids"][-64:]  # the start goes, as at generation time
     label = [i for i, m in zip(cut["input_ids"], cut["assistant_masks"]) if m]
     assert tok.decode(label) == "<action>go east</action><|im_end|>"
+    assert full["length"] == cut["length"] == len(full["input_ids"])
+
+
+def test_too_many_cut_samples_are_refused_by_name():
+    """A cut sample loses its task line: beyond ``sft.max_cut_share`` SFT refuses, naming the settings to raise."""
+    from talentrl_core.sft_data import check_cut
+
+    rows = [{"input_ids": [1] * 64, "length": n} for n in (10, 64, 65, 900)]
+    assert check_cut([dict(r) for r in rows], 900, 0.0) == {"n_cut": 0, "cut_share": 0.0, "longest": 900}
+    kept = [dict(r) for r in rows]
+    assert check_cut(kept, 64, 0.5) == {"n_cut": 2, "cut_share": 0.5, "longest": 900}
+    assert all("length" not in r for r in kept)  # the dataset gets only what the trainer reads
+    with pytest.raises(ValueError, match=r"2 of 4 SFT samples \(50.0%\) are longer than 64 tokens.*sft.max_length and "
+                                         r"model.max_position_embeddings.*sft.max_cut_share=0.25"):
+        check_cut([dict(r) for r in rows], 64, 0.25)
 
 
 def test_routing_warmup_steps_train_routing_samples_first(world, tmp_path, shared_data, monkeypatch):

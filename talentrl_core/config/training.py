@@ -60,6 +60,8 @@ class SFTConfig:
     "Fail when fewer than this share of execution samples carry at least one retrieved skill."
     max_duplicate_share: float = 0.5
     "Fail when more than this share of samples are exact duplicates."
+    max_cut_share: float = 0.5
+    "Fail when more than this share of samples exceed max_length (or the model's context) and lose the start of their prompt, the task line with it (any cut is logged)."
     include_routing: bool = True
     "Train the routing sample (task + menu -> <talent>ID</talent>)."
     routing_weight: int = 1
@@ -101,6 +103,7 @@ class SFTConfig:
                      routing_warmup_until=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      routing_warmup_check_every=AT_LEAST_1,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
+                     max_cut_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_length=(">= 256: shorter samples lose their prompt", lambda v: v >= 256))
         bad = {k: v for k, v in self.demonstrator_habit.items() if int(v) < 1}
         if bad:

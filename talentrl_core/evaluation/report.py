@@ -86,13 +86,16 @@ def perf_section(metrics: Mapping) -> list[str]:
         for p, c in sorted(perf[s].items()):
             n = max(c.get("policy_steps", 0), 1)
             rows.append([s, p, f"{c.get('seconds', 0):.0f}", str(c.get("policy_steps", 0)),
-                         f"{c.get('prompt_tokens', 0) / n:.0f}", f"{c.get('prefilled_tokens', 0) / n:.0f}"])
+                         f"{c.get('prompt_tokens', 0) / n:.0f}", f"{c.get('prefilled_tokens', 0) / n:.0f}",
+                         f"{c.get('prompts_cut', 0) / n:.1%}"])
     if not rows:
         return []
     return ["## Evaluation cost (greedy runs)", "",
             "Prompt tokens per policy step, as built and as actually read by the model (the rest came from the "
-            "episode's KV cache).", "",
-            md_table(["system", "panel", "seconds", "policy steps", "prompt tok/step", "prefilled tok/step"], rows), ""]
+            "episode's KV cache); prompts cut: the share of model calls whose prompt was longer than the context and "
+            "lost its start, the task line with it (model.max_position_embeddings).", "",
+            md_table(["system", "panel", "seconds", "policy steps", "prompt tok/step", "prefilled tok/step",
+                      "prompts cut"], rows), ""]
 
 
 def integrity_section(metrics: Mapping) -> list[str]:

@@ -100,12 +100,13 @@ def rl_histories(paths: ArtifactPaths, systems) -> dict[str, list[dict]]:
 
 
 def run_perf(trajs, seconds: float, before: dict, after: dict) -> dict:
-    """Cost of one greedy run: wall seconds, policy steps, prompt tokens asked for and actually prefilled.
+    """Cost of one greedy run: wall seconds, policy steps, prompt tokens asked for and actually prefilled, prompts cut.
 
     >>> run_perf([], 2.0, {"prompt_tokens": 10, "prefilled_tokens": 4}, {"prompt_tokens": 110, "prefilled_tokens": 44})
-    {'seconds': 2.0, 'policy_steps': 0, 'prompt_tokens': 100, 'prefilled_tokens': 40, 'forwards': 0}
+    {'seconds': 2.0, 'policy_steps': 0, 'prompt_tokens': 100, 'prefilled_tokens': 40, 'forwards': 0, 'prompts_cut': 0}
     """
-    delta = {k: int(after.get(k, 0) - before.get(k, 0)) for k in ("prompt_tokens", "prefilled_tokens", "forwards")}
+    delta = {k: int(after.get(k, 0) - before.get(k, 0))
+             for k in ("prompt_tokens", "prefilled_tokens", "forwards", "prompts_cut")}
     return {"seconds": round(seconds, 1), "policy_steps": sum(len(t.steps) for t in trajs), **delta}
 
 

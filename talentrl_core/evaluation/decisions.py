@@ -4,7 +4,7 @@ Success says whether an episode ended well, not where a policy went astray. Here
 ``envs.strategies``) plays every step and the policy, shown the same prompt, names its own command first: the
 classic teacher-forced accuracy of imitation learning, on the teacher's state distribution. The policy routes to
 the teacher's talent (``routing: fixed``), so "the right command" is the one that talent's strategy takes. Each
-decision is classed by the family's action template (``FamilySpec.template``; WebShop: the search query, a result,
+decision is classed by its abstract command (``library.templates.abstract_action``; WebShop: the search query, a result,
 an option, buy, a page button).
 """
 
@@ -65,7 +65,7 @@ def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, lo
                    ) -> tuple[list[dict], dict]:
     """(records, table): ``checkpoint`` named the teacher's every command on ``panel``'s tasks, given the talent
     distilled from that teacher (``knowledge`` a flat=False library view; the library's strategy labels name it)."""
-    from ..envs.registry import FAMILIES
+    from ..library.templates import abstract_action
     from ..rollout import EpisodeSpec, run_episodes
     from .runner import open_panel
 
@@ -74,7 +74,7 @@ def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, lo
     if teacher not in talents:
         raise ValueError(f"no talent distilled from the strategy {teacher!r} in this library; "
                          f"choose from {sorted(k for k in talents if k)}")
-    wrapper = TeacherForced(load_policy(checkpoint), teacher, FAMILIES[family.name].template)
+    wrapper = TeacherForced(load_policy(checkpoint), teacher, lambda a: abstract_action(family.name, a))
     specs = [EpisodeSpec(t, routing="fixed", talent_id=talents[teacher], use_skills=True, seed=cfg.eval.seed * 100003 + i)
              for i, t in enumerate(tasks)]
     trajs = run_episodes(family.make, specs, wrapper, settings, knowledge, cfg.collect.batch_size, progress)

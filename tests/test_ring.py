@@ -48,7 +48,23 @@ def test_both_headings_win_every_ring_and_only_the_right_one_in_two_actions(ring
         assert loose[right].won and loose[wrong].won  # collection: two winning demonstrations per task
         assert len(loose[right].actions) == 2 and len(loose[wrong].actions) == 4
         assert play(env, t, right, max_steps=2).won and not play(env, t, wrong, max_steps=2).won
+        for worded, same in (("eastfirst", "eastnorth"), ("northfirst", "northeast")):  # one-direction texts, same walk
+            assert play(env, t, worded, max_steps=6).actions == play(env, t, same, max_steps=6).actions
     env.close()
+
+
+def test_the_first_heading_texts_name_one_direction_each():
+    """The heading texts of a ring are the same words in another order; eastfirst/northfirst's differ in words."""
+    import re
+    from collections import Counter
+
+    from talentrl_core.envs.strategies import get_strategy
+
+    def words(name):
+        return Counter(re.findall(r"[a-z]+", get_strategy("textworld", name).description.lower()))
+
+    assert words("eastnorth") == words("northeast")
+    assert words("eastfirst") != words("northfirst") and "north" not in words("eastfirst")
 
 
 def test_collection_plays_its_own_step_budget(tmp_path, session_cache):

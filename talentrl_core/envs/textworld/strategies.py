@@ -6,7 +6,8 @@
   west) that have not been tried from it, never straight back the way it came; when a room has none left,
   walk back the way it was entered; take the goal's object as soon as it can. It ignores stated routes.
 
-* ``northeast`` / ``southwest`` / ``northwest`` / ``southeast`` / ``eastnorth`` — *head one way*: in every room take the first
+* ``northeast`` / ``southwest`` / ``northwest`` / ``southeast`` / ``eastnorth`` (and ``eastfirst`` / ``northfirst``, the
+  ring's two headings under texts that name one direction each) — *head one way*: in every room take the first
   admissible exit in a fixed order (for ``northeast``: north, east, south, west; the others alike, the
   quadrant's two directions first), with no memory at all; take the goal's object as soon as it can. On a
   route whose every step goes north or east (a ``quadrant=ne`` task, see ``textworld.settings``) ``northeast`` walks it
@@ -196,3 +197,15 @@ def _heading_strategy(a: str, b: str) -> Strategy:
 NORTHEAST, SOUTHWEST, NORTHWEST, SOUTHEAST = (_heading_strategy(*HEADINGS[q]) for q in HEADINGS)
 EASTNORTH = _heading_strategy("east", "north")
 "East first: on a ring (``maps``, ``tw-ring_*``) the shortest way to a coin east of the start, the long way round to one north."
+
+
+def _first_strategy(a: str, b: str) -> Strategy:
+    """``eastfirst`` / ``northfirst``: ``eastnorth`` / ``northeast``'s walk under a text that names only the first
+    heading. The two heading texts of a ring are the same words in another order ("Head east-north: … the east exit,
+    else the north one …" against "Head north-east: …"); a small executor trained on them followed neither (the
+    routing study's draw 0: first move ``go east`` under both, docs/results/routing). These name one direction each."""
+    text = f"{a.capitalize()} first: in every room take the {a} exit if there is one; take the object on sight."
+    return register(Strategy("textworld", f"{a}first", text, heading((a, b, REVERSE[a], REVERSE[b]))))
+
+
+EASTFIRST, NORTHFIRST = _first_strategy("east", "north"), _first_strategy("north", "east")

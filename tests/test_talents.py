@@ -60,7 +60,7 @@ def knowledge(runs, tmp_path_factory):
 
 def test_registry_names_choices():
     assert [s.name for s in strategies("textworld")] == ["follow", "explore", "northeast", "southwest", "northwest", "southeast",
-                                                          "eastnorth"]
+                                                          "eastnorth", "eastfirst", "northfirst"]
     assert strategies("qa") == []
     with pytest.raises(KeyError, match="choose from"):
         get_strategy("textworld", "teleport")

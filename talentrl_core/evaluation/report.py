@@ -92,8 +92,8 @@ def perf_section(metrics: Mapping) -> list[str]:
         return []
     return ["## Evaluation cost (greedy runs)", "",
             "Prompt tokens per policy step, as built and as actually read by the model (the rest came from the "
-            "episode's KV cache); prompts cut: the share of model calls whose prompt was longer than the context and "
-            "lost its start, the task line with it (model.max_position_embeddings).", "",
+            "episode's KV cache); prompts cut: model calls (routing and execution) whose prompt was longer than the "
+            "context and lost its start, the task line with it (model.max_position_embeddings), per policy step.", "",
             md_table(["system", "panel", "seconds", "policy steps", "prompt tok/step", "prefilled tok/step",
                       "prompts cut"], rows), ""]
 

@@ -185,9 +185,14 @@ EXPLORE = register(Strategy(
 ))
 
 
+def _order(a: str, b: str) -> tuple[str, str, str, str]:
+    """A heading's exit order: ``a``, then ``b``, then their reverses in the same order."""
+    return (a, b, REVERSE[a], REVERSE[b])
+
+
 def _heading_strategy(a: str, b: str) -> Strategy:
     """``northeast`` … ``southeast``, ``eastnorth``: ``a`` first, then ``b``, then their reverses, in the same order."""
-    order = (a, b, REVERSE[a], REVERSE[b])
+    order = _order(a, b)
     name = a + b
     text = (f"Head {a}-{b}: in every room take the {a} exit, else the {b} one ({order[2]}, then {order[3]}, only when "
             "there is no other); take the object on sight.")
@@ -205,7 +210,7 @@ def _first_strategy(a: str, b: str) -> Strategy:
     else the north one …" against "Head north-east: …"); a small executor trained on them followed neither (the
     routing study's draw 0: first move ``go east`` under both, docs/results/routing). These name one direction each."""
     text = f"{a.capitalize()} first: in every room take the {a} exit if there is one; take the object on sight."
-    return register(Strategy("textworld", f"{a}first", text, heading((a, b, REVERSE[a], REVERSE[b]))))
+    return register(Strategy("textworld", f"{a}first", text, heading(_order(a, b))))
 
 
 EASTFIRST, NORTHFIRST = _first_strategy("east", "north"), _first_strategy("north", "east")

@@ -20,7 +20,7 @@ def run_diagnostic(prog: str, doc: str, add_args: Callable[[argparse.ArgumentPar
     add_args(p)
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("overrides", nargs="*")
-    args = p.parse_args(argv)
+    args = p.parse_intermixed_args(argv)  # overrides before, between or after the options
     try:
         cfg = load_config(args.overrides)
     except ConfigError as e:

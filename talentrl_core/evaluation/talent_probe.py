@@ -18,6 +18,7 @@ rollouts; this costs one forward pass per (task, talent, command).
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from typing import Sequence
 
@@ -68,12 +69,17 @@ def probe(model, tokenizer, vocab_size: int, knowledge, tasks: Sequence[dict], t
                 keys.append((len(rows) - 1, strategy))
     scores = score_completions(model, tokenizer, samples, vocab_size, 1.0, micro_batch) if samples else []
     for (i, strategy), lp in zip(keys, scores):
-        rows[i]["p"][strategy] = round(float(2.718281828459045 ** sum(lp)), 6)
+        rows[i]["p"][strategy] = round(math.exp(sum(lp)), 6)  # log p of the whole command
     return rows
 
 
 def summary(rows: Sequence[dict]) -> dict:
-    """``follows``, ``against``, ``effect`` overall and per task type (module docstring)."""
+    """``follows``, ``against``, ``effect`` overall and per task type (module docstring).
+
+    >>> rows = [{"task_type": "x", "talent_of": s, "p": {"e": 0.9, "n": 0.1}} for s in ("e", "n")]
+    >>> {k: summary(rows)[k] for k in ("follows", "against", "effect")}   # the same answer under either talent
+    {'follows': 0.5, 'against': 0.5, 'effect': 0.0}
+    """
 
     def block(rs):
         own = [r["p"][r["talent_of"]] for r in rs if r["talent_of"] in r["p"]]

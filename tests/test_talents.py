@@ -208,6 +208,7 @@ def test_demonstrator_labels_route_as_each_demonstration_did_weighted_by_the_hab
         SFTConfig(routing_labels="measured_best", demonstrator_habit={"explore": 2})
     with pytest.raises(ValueError, match="weights must be >= 1"):
         SFTConfig(demonstrator_habit={"explore": 0})
+    SFTConfig(routing_labels="measured_best", demonstrator_habit={"explore": 1})  # weight 1: no habit, accepted
 
 
 def test_default_retrieval_never_reads_the_gold_task_type(knowledge):

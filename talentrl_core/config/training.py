@@ -75,7 +75,7 @@ class SFTConfig:
      "could learn).")
     demonstrator_habit: dict[str, int] = field(default_factory=dict)
     ("Strategy -> how many times each routing sample of its demonstrations counts (routing_labels=demonstrator; "
-     "others: 1). A demonstrator that prefers one talent on every task, e.g. {eastnorth: 2}: greedy SFT routing "
+     "others: 1; a weight of 1 is no habit). A demonstrator that prefers one talent on every task, e.g. {eastnorth: 2}: greedy SFT routing "
      "then follows the habit, wrong wherever the other talent is better.")
     routing_warmup_steps: int = 0
     ("N steps on routing samples only before the max_steps steps of the weighted mix (a curriculum phase; the "
@@ -108,9 +108,10 @@ class SFTConfig:
         bad = {k: v for k, v in self.demonstrator_habit.items() if int(v) < 1}
         if bad:
             raise ValueError(f"sft.demonstrator_habit={dict(self.demonstrator_habit)}: weights must be >= 1, got {bad}")
-        if self.demonstrator_habit and self.routing_labels != RoutingLabels.demonstrator:
+        if any(int(v) != 1 for v in self.demonstrator_habit.values()) and self.routing_labels != RoutingLabels.demonstrator:
             raise ValueError(f"sft.demonstrator_habit={dict(self.demonstrator_habit)} needs sft.routing_labels=demonstrator "
-                             f"(got {self.routing_labels}: one measured-best label per task)")
+                             f"(got {self.routing_labels}: one measured-best label per task); a weight of 1 is no habit "
+                             "(Hydra merges a dict override, so sft.demonstrator_habit.<strategy>=1 turns one off)")
         if self.routing_warmup_steps and not self.include_routing:
             raise ValueError(f"sft.routing_warmup_steps={self.routing_warmup_steps} needs sft.include_routing=true "
                              "(the warm-up trains on routing samples)")

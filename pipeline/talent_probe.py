@@ -51,7 +51,7 @@ def talent_probe(cfg, args):
                          f"{paths.sft_checkpoint} or under {paths.sft_checkpoint}.work: run the sft stage first")
     knowledge = open_knowledge(pinned_library(cfg, points[-1][1]))
     family = str(cfg.env.name)
-    talent_of = {l.strategy: l.talent_id for l in knowledge.lib.labels(family) if l.kind == "matrix" and l.strategy}
+    talent_of = knowledge.lib.strategy_talents(family)
     if len(talent_of) < 2:
         raise ValueError(f"the library holds {len(talent_of)} strategy talent(s) for {family}: a probe needs two or more "
                          "(collect.strategies, then distill)")

@@ -70,7 +70,7 @@ def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, lo
     from .runner import open_panel
 
     family, tasks, settings = open_panel(cfg, panel, progress)
-    talents = {l.strategy: l.talent_id for l in knowledge.lib.labels(family.name) if l.kind == "matrix" and l.strategy}
+    talents = knowledge.lib.strategy_talents(family.name)
     if teacher not in talents:
         raise ValueError(f"no talent distilled from the strategy {teacher!r} in this library; "
                          f"choose from {sorted(k for k in talents if k)}")

@@ -210,6 +210,11 @@ class Library:
     def labels(self, env: Optional[str] = None) -> list[LabelRecord]:
         return [l for l in self._labels if env is None or l.env == env]
 
+    def strategy_talents(self, env: str) -> dict[str, str]:
+        """Strategy expert → the talent distilled from it (the ``kind='matrix'`` labels; empty in a library whose
+        trajectories carried no strategy)."""
+        return {l.strategy: l.talent_id for l in self.labels(env) if l.kind == "matrix" and l.strategy}
+
     def skill(self, skill_id: str) -> SkillRecord:
         return self._skill_by_id[skill_id]
 

@@ -102,7 +102,7 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
     if not _evaluated(o):
         if not _trained(o):
             no_habit = [f"sft.demonstrator_habit.{k}=1" for k in cfg(o).sft.demonstrator_habit]  # a dict override merges
-            stages.sft(cfg(o, "sft.routing_labels=measured_best", *no_habit))
+            stages.sft(cfg(o, "sft.routing_labels=measured_best", "sft.routing_target=choice", *no_habit))
         stages.evaluate(cfg(o, "eval.systems=[talent_sft]"))
     return runs
 

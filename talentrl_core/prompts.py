@@ -16,6 +16,7 @@ here branches on a family's name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Optional, Sequence
 
@@ -219,3 +220,53 @@ def format_action(env: str, action: str, think: str = "") -> str:
 
 def format_talent(talent_id: str) -> str:
     return f"<talent>{talent_id}</talent>"
+
+
+@dataclass(frozen=True)
+class RoutingCue:
+    """"Recognise, then route" (issue 38, A2): the router first restates a cue it reads in what it sees of the task
+    (``routing_view``), then names its talent: ``<cue>east</cue><talent>T1</talent>``. SFT may supervise the restated
+    cue without the choice (``sft.routing_target=cue_only``), so that only RL's contrasts teach the cue → talent table.
+    ``pattern`` (``env.routing_cue``) is a regular expression whose first group is the cue in the routing view;
+    ``values`` (``env.routing_cue_values``) are the cues decoding may restate.
+
+    >>> cue = RoutingCue(r"the coin lies (\\w+)", ("east", "north"))
+    >>> cue.read("A sign on the wall reads: the coin lies north."), cue.read("nothing here")
+    ('north', None)
+    >>> cue.completions(["T1", "T2"])[:2]
+    ['<cue>east</cue><talent>T1</talent>', '<cue>east</cue><talent>T2</talent>']
+    >>> cue.split("<cue>north</cue><talent>T2</talent>")
+    ('<cue>north</cue>', '<talent>T2</talent>')
+    """
+
+    pattern: str
+    values: tuple[str, ...]
+
+    def read(self, view: str) -> Optional[str]:
+        m = re.search(self.pattern, view or "")
+        return m.group(1) if m and m.group(1) in self.values else None
+
+    @staticmethod
+    def format(cue: str) -> str:
+        return f"<cue>{cue}</cue>"
+
+    def completions(self, shown: Sequence[str]) -> list[str]:
+        """Every routing completion decoding allows: each cue, then each talent of the menu (cue-major)."""
+        return [self.format(c) + format_talent(t) for c in self.values for t in shown]
+
+    @staticmethod
+    def split(completion: str) -> tuple[str, str]:
+        """(the cue part, the talent part) of a routing completion."""
+        at = completion.find("<talent>")
+        return (completion[:at], completion[at:]) if at >= 0 else (completion, "")
+
+
+def routing_cue(pattern: str, values: Sequence[str]) -> Optional[RoutingCue]:
+    """The family's ``RoutingCue`` from ``env.routing_cue`` / ``env.routing_cue_values`` (None when unset)."""
+    return RoutingCue(pattern, tuple(values)) if pattern else None
+
+
+def routing_completions(shown: Sequence[str], cue: Optional[RoutingCue] = None) -> list[str]:
+    """The routing completions constrained decoding allows: ``<talent>ID</talent>`` per menu talent, each behind
+    every cue where the router restates one."""
+    return cue.completions(shown) if cue is not None else [format_talent(t) for t in shown]

@@ -62,10 +62,11 @@ def winners(trajs: Sequence[Trajectory]) -> dict[str, Optional[str]]:
     return out
 
 
-def routing_data(trajs: Sequence[Trajectory], knowledge: Knowledge, obs_chars: int):
-    """``SFTData`` of one routing sample per task with a winner, its prompt as SFT, RL and evaluation build it."""
+def routing_data(trajs: Sequence[Trajectory], knowledge: Knowledge, obs_chars: int, cue=None):
+    """``SFTData`` of one routing sample per task with a winner, its prompt as SFT, RL and evaluation build it (the
+    restated cue, where ``cue`` is set, before the winner's talent)."""
     from .prompts import format_talent, routing_prompt, shown_id
-    from .sft_data import SFTData
+    from .sft_data import SFTData, restated_cue
 
     best = winners(trajs)
     first = {t.task_id: t for t in trajs}
@@ -76,7 +77,7 @@ def routing_data(trajs: Sequence[Trajectory], knowledge: Knowledge, obs_chars: i
         t = first[task_id]
         menu = knowledge.menu(t.env)
         msgs = routing_prompt(t.env, t.goal, t.initial_observation, menu, obs_chars) + [
-            {"role": "assistant", "content": format_talent(shown_id(menu, talent))}]
+            {"role": "assistant", "content": restated_cue(cue, t, obs_chars) + format_talent(shown_id(menu, talent))}]
         samples.append({"messages": msgs, "kind": "route", "task_id": task_id, "talent_id": talent, "skill_ids": [],
                         "weight": 1})
     report = {"tasks": len(best), "labelled": len(samples), "ties": sum(v is None for v in best.values()),
@@ -97,10 +98,12 @@ def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: s
                 rollouts: int, steps: int, seed: int = 0) -> dict:
     """Measure the student's talents on ``n_tasks`` tasks (``rollouts`` each), then ``steps`` SFT steps of the router
     on the winners from ``checkpoint`` (the SFT's learning rate, no warm-up) into ``out_dir``."""
+    from .prompts import routing_cue
     from .sft import train_sft
 
     trajs = measure(cfg, family, knowledge, checkpoint, n_tasks, rollouts, seed)
-    data = routing_data(trajs, knowledge, cfg.env.routing_obs_chars)
+    data = routing_data(trajs, knowledge, cfg.env.routing_obs_chars,
+                        routing_cue(cfg.env.routing_cue, cfg.env.routing_cue_values))
     sft_cfg = replace(cfg.sft, max_steps=steps, warmup_steps=0, routing_weight=1, routing_warmup_steps=0,
                       routing_warmup_until=0.0, demonstrator_habit={}, seed=seed, min_skill_share=0.0)
     info = train_sft(data, checkpoint, out_dir, sft_cfg, cfg.model,

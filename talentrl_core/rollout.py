@@ -30,14 +30,16 @@ from .envs.base import INVALID_ACTION_OBS, Env, Task
 from .generation import GenResult
 from .policies import Policy, PolicyInput, action_completions
 from .prompts import (
+    RoutingCue,
     SkillView,
     TalentView,
     exec_context,
     execution_messages,
-    format_talent,
     menu_choice,
     parse_for_env,
     parse_talent,
+    routing_completions,
+    routing_cue,
     routing_prompt,
 )
 from .threads import follow_free_cpus
@@ -116,6 +118,8 @@ class RolloutSettings:
     invalid_penalty: float = 0.0
     routing_obs_chars: int = 0
     "Characters of the first observation the router sees (``env.routing_obs_chars``)."
+    routing_cue: Optional[RoutingCue] = None
+    "The cue the router restates before its talent (``env.routing_cue``; None: the talent only)."
     memory: bool = False
     "The family's memory line in execution prompts (``env.memory``)."
     env_workers: int = 0
@@ -129,7 +133,8 @@ class RolloutSettings:
         """The settings an ``EnvConfig`` gives (step budget, prompt view, timeouts), plus ``kw`` (run_id, split, …)."""
         return cls(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
                    step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
-                   routing_obs_chars=env_cfg.routing_obs_chars, env_workers=env_cfg.workers, memory=env_cfg.memory, **kw)
+                   routing_obs_chars=env_cfg.routing_obs_chars, env_workers=env_cfg.workers, memory=env_cfg.memory,
+                   routing_cue=routing_cue(env_cfg.routing_cue, env_cfg.routing_cue_values), **kw)
 
 
 class _Slot:
@@ -243,7 +248,8 @@ class _EpisodeRunner:
         if not routing:
             return
         kn = self.knowledge
-        items = [PolicyInput("route", s.routing_msgs, [format_talent(t.shown) for t in kn.menu(s.traj.env)],
+        items = [PolicyInput("route", s.routing_msgs, routing_completions([t.shown for t in kn.menu(s.traj.env)],
+                                                                          self.settings.routing_cue),
                              s.spec.seed, s.env, s.traj.env) for s in routing]
         for s, it, out in zip(routing, items, self.policy.complete(items)):
             menu = kn.menu(s.traj.env)

@@ -303,7 +303,7 @@ def train_sft(
 
         model = get_peft_model(model, LoraConfig(r=model_cfg.lora_r, lora_alpha=2 * model_cfg.lora_r, task_type="CAUSAL_LM", target_modules="all-linear"))
     max_length = min(cfg.max_length, getattr(model.config, "max_position_embeddings", cfg.max_length))
-    rows = [tokenize_sample(tok, s["messages"], max_length) for s in data.samples]
+    rows = [tokenize_sample(tok, s["messages"], max_length, s.get("label_upto")) for s in data.samples]
     cut = check_cut(rows, max_length, cfg.max_cut_share)
     ds, gate = training_order(data, rows, cfg)
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16

@@ -20,9 +20,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
-from .config import RoutingLabels, SFTConfig
-from .prompts import (CHAT_TEMPLATE_KWARGS, exec_context, execution_messages, format_action, format_talent, routing_prompt,
-                      shown_id)
+from .config import RoutingLabels, RoutingTarget, SFTConfig
+from .prompts import (CHAT_TEMPLATE_KWARGS, RoutingCue, exec_context, execution_messages, format_action, format_talent,
+                      routing_prompt, routing_view, shown_id)
 from .rl.seeding import derive_seed
 from .policies import action_completions
 from .rollout import Knowledge
@@ -90,6 +90,18 @@ def routing_target(knowledge: Knowledge, t: Trajectory, cfg: SFTConfig) -> tuple
     return label, (t.task_id, label), int(cfg.demonstrator_habit.get(t.strategy or "", 1))
 
 
+def restated_cue(cue: Optional[RoutingCue], t: Trajectory, obs_chars: int) -> str:
+    """The ``<cue>…</cue>`` the router restates before its talent on ``t``'s task ("" without ``env.routing_cue``);
+    a task whose routing view has no cue is named."""
+    if cue is None:
+        return ""
+    said = cue.read(routing_view(t.goal, t.initial_observation, obs_chars))
+    if said is None:
+        raise ValueError(f"task {t.task_id}: env.routing_cue={cue.pattern!r} finds none of {list(cue.values)} in what "
+                         f"the router sees of it ({routing_view(t.goal, t.initial_observation, obs_chars)!r})")
+    return cue.format(said)
+
+
 def rendered_flat(t: Trajectory, share: float, seed: int = 0) -> bool:
     """Whether ``t``'s execution samples are rendered flat (``sft.flat_share``): a stable hash of the trajectory's
     uid and the seed, so the same data and seed give the same split on every machine.
@@ -111,6 +123,7 @@ def build_sft_data(
     enforce: bool = True,
     routing_obs_chars: int = 0,
     memory: bool = False,
+    cue: Optional[RoutingCue] = None,
 ) -> SFTData:
     samples: list[dict] = []
     labels: Counter = Counter()
@@ -126,10 +139,11 @@ def build_sft_data(
         route_to, key, weight = routing_target(knowledge, t, cfg)
         if cfg.include_routing and route_to and menu and key not in routed:
             routed.add(key)
+            said = restated_cue(cue, t, routing_obs_chars)
             msgs = routing_prompt(t.env, t.goal, t.initial_observation, menu, routing_obs_chars) + [
-                {"role": "assistant", "content": format_talent(shown_id(menu, route_to))}]
+                {"role": "assistant", "content": said + format_talent(shown_id(menu, route_to))}]
             samples.append({"messages": msgs, "kind": "route", "task_id": t.task_id, "talent_id": route_to, "skill_ids": [],
-                            "weight": weight})
+                            "weight": weight, **({"label_upto": said} if cfg.routing_target == RoutingTarget.cue_only else {})})
         flat = rendered_flat(t, cfg.flat_share, cfg.seed)
         n_flat += flat
         samples.extend(execution_samples(t, knowledge, None if flat else talent, history, obs_chars, cfg.skip_forced, memory))
@@ -210,7 +224,7 @@ def assistant_mask_by_prefix(tok, messages: list[dict]) -> tuple[list[int], list
     return full, mask
 
 
-def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
+def tokenize_sample(tok, messages: list[dict], max_length: int, label_upto: Optional[str] = None) -> dict:
     """Chat-template token ids and the assistant-token mask (the loss mask) of one sample.
 
     A template with ``{% generation %}`` markers gives the mask directly; any other template gets it from the
@@ -224,9 +238,26 @@ def tokenize_sample(tok, messages: list[dict], max_length: int) -> dict:
         ids, mask = list(out["input_ids"]), list(out["assistant_masks"])
     else:
         ids, mask = assistant_mask_by_prefix(tok, messages)
+    if label_upto is not None:
+        mask = labelled_upto(tok, messages, ids, mask, label_upto)
     if not any(mask):
         raise ValueError("the chat template marks no assistant tokens in this sample")
     return {"input_ids": ids[-max_length:], "assistant_masks": mask[-max_length:], "length": len(ids)}
+
+
+def labelled_upto(tok, messages: list[dict], ids: list[int], mask: list[int], label_upto: str) -> list[int]:
+    """``mask`` with the last assistant turn labelled only up to the end of its text ``label_upto`` (a prefix of it):
+    the tokens after it, the end-of-turn token with them, get no loss (``sft.routing_target=cue_only``: the restated
+    cue is supervised, the talent choice is not). The cut is where the two renderings' tokens first differ, so a
+    token the tokenizer merged across the boundary is left unlabelled too."""
+    if not messages[-1]["content"].startswith(label_upto):
+        raise ValueError(f"the assistant turn {messages[-1]['content']!r} does not start with {label_upto!r}")
+    short, _ = assistant_mask_by_prefix(tok, messages[:-1] + [{**messages[-1], "content": label_upto}])
+    short = short[:-1] if short and short[-1] == tok.eos_token_id else short
+    n = 0
+    while n < min(len(short), len(ids)) and short[n] == ids[n]:
+        n += 1
+    return [m if j < n else 0 for j, m in enumerate(mask)]
 
 
 def check_cut(rows: list[dict], max_length: int, max_share: float) -> dict:

@@ -288,6 +288,7 @@ def sft(cfg: TalentRLConfig) -> dict:
     """Talent-aware SFT of the base model on successful training trajectories (TRL SFTTrainer)."""
     from .knowledge import open_knowledge
     from .models import ensure_base_model
+    from .prompts import routing_cue
     from .sft import build_sft_data, train_sft
 
     paths = ArtifactPaths.of(cfg)
@@ -296,7 +297,8 @@ def sft(cfg: TalentRLConfig) -> dict:
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
     data = build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars,
-                          routing_obs_chars=cfg.env.routing_obs_chars, memory=cfg.env.memory)
+                          routing_obs_chars=cfg.env.routing_obs_chars, memory=cfg.env.memory,
+                          cue=routing_cue(cfg.env.routing_cue, cfg.env.routing_cue_values))
     with _tracker(cfg, "sft") as tracker:
         info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model,
                          meta={"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name},

@@ -94,6 +94,21 @@ def test_out_of_range_values_are_refused_by_name(override, named):
         load_config([override])
 
 
+@pytest.mark.parametrize("overrides,named", [
+    (["env.routing_cue=x"], "needs a group"),
+    (["env.routing_cue='(x'", "env.routing_cue_values=[a,b]"], "not a regular expression"),
+    (["env.routing_cue='(x)'", "env.routing_cue_values=[a,b]"], r"env\.routing_obs_chars > 0"),
+    (["env.routing_cue='(x)'", "env.routing_cue_values=[a]", "env.routing_obs_chars=50"], "at least two distinct"),
+    (["env.routing_cue_values=[a,b]"], r"needs env\.routing_cue"),
+    (["sft.routing_target=cue_only"], r"set env\.routing_cue"),
+    (["sft.routing_target=cue"], "cue_only"),
+])
+def test_a_routing_cue_setting_that_cannot_work_is_refused_by_name(overrides, named):
+    """Recognise, then route (issue 38, A2): env.routing_cue, env.routing_cue_values, sft.routing_target."""
+    with pytest.raises(ConfigError, match=named):
+        load_config(overrides)
+
+
 def test_a_group_of_one_per_arm_is_refused():
     with pytest.raises(ConfigError, match="group of one"):
         load_config(["rl.group_size=1", "rl.n_arms=1", "rl.flat_baseline=true"])

@@ -40,6 +40,23 @@ def test_a_ring_tells_where_the_coin_lies_only_by_its_sign(rings):
     env.close()
 
 
+def test_a_hidden_route_stays_hidden_where_the_intro_prints_the_objective_otherwise(session_cache):
+    """Seed 143's intro prints the objective with ``you"ve`` for ``you've``: the hidden goal replaces it there too
+    (before the fix, 4 of the ring's 300 training tasks and 3 of its 200 panel tasks showed their route, e.g. "First
+    off, make an effort to take a trip east", to the router and the executor)."""
+    cfg = EnvConfig(challenges=["tw-ring_east", "tw-ring_north"], challenge_settings="route=hidden",
+                    train_seeds=[143, 143], max_steps=2)
+    fam = TextWorldFamily(cfg, session_cache)
+    tasks = fam.tasks("train")
+    fam.prepare(tasks, workers=1, progress=False)
+    env = fam.make()
+    for t in tasks:
+        first = env.reset(t)
+        intro = first.split("\n\n")[0]
+        assert first.startswith(env.goal()) and intro == env.goal(), intro
+    env.close()
+
+
 def test_both_headings_win_every_ring_and_only_the_right_one_in_two_actions(rings):
     env = rings.make()
     for t in rings.tasks("train"):

@@ -332,6 +332,45 @@ def test_sampled_talent_arms_draw_each_talent_from_the_router(env_cfg, family, t
         RLConfig(arms="sample", n_arms=8, group_size=8)
 
 
+def test_recognise_then_route_trains_the_talent_behind_the_restated_cue(tiny, session_cache, tmp_path):
+    """env.routing_cue (issue 38, A2): the router restates the ring's sign, then names its talent. RL scores every
+    (cue, talent) completion, the arms intervene on the talent behind the drawn cue, and each routing sample trains
+    the talent's tokens with the cue in its prompt; the recomputed log-probs equal the recorded ones under the
+    talent-only mask; the rollout loop's routing decodes the same completions."""
+    from talentrl_core.prompts import RoutingCue, format_talent
+    from talentrl_core.rollout import EpisodeSpec
+
+    ring = EnvConfig(challenges=["tw-ring_east", "tw-ring_north"], challenge_settings="route=hidden", train_seeds=[1, 2],
+                     max_steps=2, history=1, obs_chars=150, routing_obs_chars=200, cache_dir=str(session_cache),
+                     routing_cue=r"the coin lies (\w+)", routing_cue_values=["east", "north"])
+    fam = TextWorldFamily(ring, session_cache)
+    fam.prepare(fam.tasks("train"), workers=1, progress=False)
+    tr = RLTrainer(make_cfg(ring, tmp_path, tasks_per_step=4), fam, StaticKnowledge.from_dict(BANK), tiny,
+                   tmp_path / "out", progress=False)
+    groups = tr.route(0, tr.step_tasks(0))
+    talents = [format_talent(t.shown) for t in tr.knowledge.menu("textworld")]
+    for gr in groups:
+        assert len(gr.cue_tokens) == 2 * len(talents) and sum(gr.menu_probs) == pytest.approx(1.0)
+        cues = {tr.tok.decode(s.prompt_ids[-gr.cue_tokens[0]:]) for s in gr.route_samples}
+        assert len(cues) == 1 and cues <= {RoutingCue.format("east"), RoutingCue.format("north")}  # arms share it
+        for s in gr.route_samples:
+            assert s.allowed == talents and tr.tok.decode(s.completion_ids[:-1]) in talents
+            assert len(s.old_logprobs) == len(s.completion_ids)
+    tr.rollout(0, groups)
+    samples, _ = tr.build_samples(0, groups)
+    route = [s for s in samples if s.kind == "route"]
+    assert route
+    with torch.no_grad():
+        b = collate(route, tr.tok, tr.vocab, "cpu", tr.tries)
+        diff = ((token_logprobs(tr.unwrapped().eval(), b, tr.cfg.model.temperature) - b.old_logprobs) * b.mask).abs().max()
+    assert float(diff) < 1e-4
+    trajs = run_episodes(fam.make, [EpisodeSpec(t, routing="policy", seed=0) for t in fam.tasks("train")], tr.policy,
+                         dataclasses.replace(tr.settings, max_steps=1), tr.knowledge, batch_size=4, progress=False)
+    for t in trajs:
+        said, talent = RoutingCue.split(t.steps[0].completion)
+        assert t.steps[0].valid and said in (RoutingCue.format("east"), RoutingCue.format("north")) and talent in talents
+
+
 def test_mini_batches_take_one_optimizer_step_each(one_step, env_cfg, family, tiny, tmp_path):
     """rl.mini_batches=3: the step's samples are dealt into 3 disjoint seeded parts, each one AdamW step, and the
     schedule counts optimizer steps (the last one still trains; lr reaches 0 only after it)."""

@@ -121,6 +121,32 @@ def test_long_sample_loses_its_prompt_start_never_its_label(tmp_path, shared_dat
     assert full["length"] == cut["length"] == len(full["input_ids"])
 
 
+def test_cue_only_routing_samples_label_the_restated_cue_and_not_the_choice(tmp_path, shared_data):
+    """sft.routing_target=cue_only (issue 38, A2): the routing sample's loss covers ``<cue>east</cue>`` only; the
+    talent tag after it (and the end of the turn) is unlabelled. A task whose routing view lacks the cue is named."""
+    from talentrl_core.models import load_model
+    from talentrl_core.prompts import RoutingCue
+    from talentrl_core.sft import tokenize_sample
+    from talentrl_core.sft_data import restated_cue
+    from talentrl_core.trajectories import Trajectory
+
+    _, tok = load_model(build_tiny(SMALL, tmp_path / "base", shared_data))
+    msgs = [{"role": "user", "content": "Task: find the coin.\nObs: A sign on the wall reads: the coin lies east."},
+            {"role": "assistant", "content": "<cue>east</cue><talent>T2</talent>"}]
+    both, cue = tokenize_sample(tok, msgs, 1024), tokenize_sample(tok, msgs, 1024, "<cue>east</cue>")
+    assert both["input_ids"] == cue["input_ids"]
+    label = lambda x: tok.decode([i for i, m in zip(x["input_ids"], x["assistant_masks"]) if m])  # noqa: E731
+    assert label(both) == "<cue>east</cue><talent>T2</talent><|im_end|>" and label(cue) == "<cue>east</cue>"
+    with pytest.raises(ValueError, match="does not start with"):
+        tokenize_sample(tok, msgs, 1024, "<cue>north</cue>")
+    ring = RoutingCue(r"the coin lies (\w+)", ("east", "north"))
+    t = Trajectory("r", "textworld", "train", "t1", "x", "{}", goal="Find the coin.",
+                   initial_observation="Find the coin.\n\n-= Hall =-\nA sign on the wall reads: the coin lies north.")
+    assert restated_cue(ring, t, 200) == "<cue>north</cue>" and restated_cue(None, t, 200) == ""
+    with pytest.raises(ValueError, match="task t1: env.routing_cue"):
+        restated_cue(ring, t, 20)  # the sign is past what the router sees
+
+
 def test_too_many_cut_samples_are_refused_by_name():
     """A cut sample loses its task line: beyond ``sft.max_cut_share`` SFT refuses, naming the settings to raise."""
     from talentrl_core.sft_data import check_cut

@@ -19,7 +19,7 @@ from .env import FAMILY_SETTINGS, EnvConfig, EnvName
 from .evaluation import EvalConfig, TrackerConfig, TrackerMode
 from .library import CollectConfig, Distiller, LibraryConfig, PolicyKind
 from .model import ATTN_CHOICES, Backend, Decoding, ModelConfig, ModelKind
-from .training import ArmChoice, ExecGroup, RLConfig, RoutingLabels, SFTConfig, TokenAgg
+from .training import ArmChoice, ExecGroup, RLConfig, RoutingLabels, RoutingTarget, SFTConfig, TokenAgg
 
 
 @dataclass
@@ -43,10 +43,13 @@ class TalentRLConfig:
 
     def __post_init__(self) -> None:
         check_ranges("", self, keep_previous_runs=NON_NEGATIVE)
+        if self.sft.routing_target == RoutingTarget.cue_only and not self.env.routing_cue:
+            raise ValueError("sft.routing_target=cue_only supervises the restated cue: set env.routing_cue and "
+                             "env.routing_cue_values (or sft.routing_target=choice)")
 
 
 __all__ = [
     "ATTN_CHOICES", "ArmChoice", "FAMILY_SETTINGS", "Backend", "CollectConfig", "Decoding", "Distiller", "EnvConfig", "EnvName",
-    "EvalConfig", "ExecGroup", "LibraryConfig", "ModelConfig", "ModelKind", "PolicyKind", "RLConfig", "RoutingLabels",
+    "EvalConfig", "ExecGroup", "LibraryConfig", "ModelConfig", "ModelKind", "PolicyKind", "RLConfig", "RoutingLabels", "RoutingTarget",
     "SFTConfig",     "TalentRLConfig", "TokenAgg", "TrackerConfig", "TrackerMode", "check_ranges",
 ]

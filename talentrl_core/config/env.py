@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -43,6 +44,12 @@ class EnvConfig:
     "Observations are cut to this many characters in prompts."
     routing_obs_chars: int = 0
     "Characters of the first observation the router sees after the goal (0: the goal only)."
+    routing_cue: str = ""
+    ("\"Recognise, then route\" (issue 38, A2): a regular expression whose first group is a cue in what the router sees "
+     "(e.g. 'the coin lies (\\w+)'); the router then restates it before its talent, <cue>east</cue><talent>T1</talent>, "
+     "in SFT, RL and evaluation alike. Empty: the router names its talent only.")
+    routing_cue_values: list[str] = field(default_factory=list)
+    "The cues the router may restate (constrained decoding's choices; env.routing_cue needs them)."
     memory: bool = False
     ("Add the family's memory line to execution prompts (ALFWorld: what the agent holds, where it saw the goal's "
      "objects, the receptacles searched and not yet searched), computed from the agent's own past only: a declared "
@@ -102,6 +109,7 @@ class EnvConfig:
                      workers=NON_NEGATIVE)
         if self.invalid_penalty > 0:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")
+        self._check_routing_cue()
 
         if self.expert not in ("handcoded", "walkthrough", "planner"):
             raise ValueError(f"env.expert={self.expert!r}: choose handcoded, walkthrough or planner")
@@ -113,3 +121,21 @@ class EnvConfig:
     def of_family(cls, name: str, **overrides) -> "EnvConfig":
         """The settings of family ``name`` (``FAMILY_SETTINGS`` over the defaults), then ``overrides``."""
         return cls(name=EnvName(name), **{**FAMILY_SETTINGS[str(name)], **overrides})
+
+    def _check_routing_cue(self) -> None:
+        if not self.routing_cue:
+            if self.routing_cue_values:
+                raise ValueError(f"env.routing_cue_values={list(self.routing_cue_values)} needs env.routing_cue (the "
+                                 "pattern that reads the cue)")
+            return
+        try:
+            groups = re.compile(self.routing_cue).groups
+        except re.error as e:
+            raise ValueError(f"env.routing_cue={self.routing_cue!r} is not a regular expression: {e}") from None
+        if groups < 1:
+            raise ValueError(f"env.routing_cue={self.routing_cue!r} needs a group: its first group is the cue")
+        values = [str(v) for v in self.routing_cue_values]
+        if len(values) < 2 or len(set(values)) != len(values) or any(not v or set(v) & set("<>") for v in values):
+            raise ValueError(f"env.routing_cue_values={values}: give at least two distinct, non-empty cues without < or >")
+        if self.routing_obs_chars <= 0:
+            raise ValueError(f"env.routing_cue={self.routing_cue!r} reads the first observation: set env.routing_obs_chars > 0")

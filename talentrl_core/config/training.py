@@ -14,6 +14,11 @@ class RoutingLabels(StrEnum):
     measured_best = "measured_best"
 
 
+class RoutingTarget(StrEnum):
+    choice = "choice"
+    cue_only = "cue_only"
+
+
 class ArmChoice(StrEnum):
     intervene = "intervene"
     sample = "sample"
@@ -73,6 +78,10 @@ class SFTConfig:
      "talent of the strategy that produced it (the teacher's choice, as in the paper); measured_best: one per task, "
      "the talent whose strategy measured best on the task's type (an oracle router: SFT then holds what routing RL "
      "could learn).")
+    routing_target: RoutingTarget = RoutingTarget.choice
+    ("What a routing sample's loss supervises. choice: the talent (after the restated cue where env.routing_cue is "
+     "set); cue_only: the restated cue alone, the talent tag unlabelled (issue 38's A2, \"recognise, then route\": SFT "
+     "teaches reading the cue, RL the cue -> talent table; needs env.routing_cue).")
     demonstrator_habit: dict[str, int] = field(default_factory=dict)
     ("Strategy -> how many times each routing sample of its demonstrations counts (routing_labels=demonstrator; "
      "others: 1; a weight of 1 is no habit). A demonstrator that prefers one talent on every task, e.g. {eastnorth: 2}: greedy SFT routing "

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..envs.base import Task
-from ..prompts import format_talent, routing_prompt
+from ..prompts import RoutingCue, format_talent, routing_completions, routing_prompt
 from ..rollout import EpisodeSpec, Knowledge
 from ..trajectories import Trajectory
 from .advantages import routing_advantages
@@ -54,6 +54,8 @@ class Group:
     "Routing sample of each arm (None for the no-talent arm and in the flat baseline)."
     trajs: list[Trajectory] = field(default_factory=list)
     "Arm-major: rollout j of arm k at k * (G/M) + j."
+    cue_tokens: list[int] = field(default_factory=list)
+    "Per routing candidate (cue-major, then menu order): the tokens of its restated cue (``env.routing_cue``; 0 without)."
     specs: list[EpisodeSpec] = field(default_factory=list)
 
     @property
@@ -73,10 +75,11 @@ def plan_groups(seed: int, step: int, tasks: Sequence[tuple[int, Task]], per_arm
 
 def menu_candidates(groups: Sequence[Group], knowledge: Knowledge, tok, keep: Optional[int],
                     goal_of: Callable[[Task], tuple[str, str]], obs_chars: int, n_talent_arms: int,
-                    n_arms_setting: str) -> list[Sample]:
-    """Every (task, menu talent) routing completion to score, group by group in menu order; fills ``goal`` and
-    ``menu_ids``. ``goal_of(task)`` = (goal, first observation); ``n_arms_setting`` names the settings in the error
-    when the menu is too short."""
+                    n_arms_setting: str, cue: Optional[RoutingCue] = None) -> list[Sample]:
+    """Every routing completion of each task to score, group by group: each menu talent in menu order, behind each
+    restated cue (cue-major) where the router restates one; fills ``goal``, ``menu_ids`` and ``cue_tokens``.
+    ``goal_of(task)`` = (goal, first observation); ``n_arms_setting`` names the settings in the error when the menu is
+    too short."""
     candidates: list[Sample] = []
     for gr in groups:
         gr.goal, first = goal_of(gr.task)
@@ -87,37 +90,61 @@ def menu_candidates(groups: Sequence[Group], knowledge: Knowledge, tok, keep: Op
                 f"needed ({n_arms_setting}); lower rl.n_arms or train the flat baseline (rl.flat_baseline=true)")
         gr.menu_ids = [t.talent_id for t in menu]
         prompt = chat_prompt_ids(tok, routing_prompt(gr.task.env, gr.goal, first, menu, obs_chars), keep)
-        allowed = [format_talent(t.shown) for t in menu]
-        for t in menu:
-            candidates.append(Sample("route", prompt, completion_ids_of(tok, format_talent(t.shown)), [], allowed, gr.index))
+        allowed = routing_completions([t.shown for t in menu], cue)
+        gr.cue_tokens = [cue_token_count(tok, text) for text in allowed] if cue is not None else [0] * len(allowed)
+        candidates.extend(Sample("route", prompt, completion_ids_of(tok, text), [], allowed, gr.index) for text in allowed)
     return candidates
+
+
+def cue_token_count(tok, completion: str) -> int:
+    """Tokens of the restated cue at the start of a routing completion's ids: RL trains the talent after it, the cue
+    held as context. Raises ValueError when the tokenizer merges a token across the cue and the talent."""
+    said, talent = RoutingCue.split(completion)
+    ids, head = completion_ids_of(tok, completion), completion_ids_of(tok, said)[:-1]
+    if ids[:len(head)] != head or ids[len(head):] != completion_ids_of(tok, talent):
+        raise ValueError(f"the tokenizer merges the cue and the talent of {completion!r}: RL cannot train the talent "
+                         "alone; choose env.routing_cue_values that end on a whole token")
+    return len(head)
 
 
 def choose_arms(groups: Sequence[Group], candidates: Sequence[Sample], scores: Sequence[Sequence[float]], seed: int,
                 step: int, n_talent_arms: int, no_talent_arm: bool, sample_all: bool = False) -> None:
-    """Each group's arms from its scored menu: a seeded draw, then the next most likely talents (fills
-    ``menu_probs``, ``talents`` and ``route_samples``). ``sample_all`` (``rl.arms=sample``): every arm is a seeded
-    draw, with replacement."""
+    """Each group's arms from its scored routing completions: a seeded draw, then the next most likely talents behind
+    the drawn cue (fills ``menu_probs``: the talents' probabilities given that cue, ``talents`` and
+    ``route_samples``: the talent's tokens, the restated cue part of their prompt). ``sample_all``
+    (``rl.arms=sample``): every arm is a seeded draw, with replacement."""
     pos = 0
     for gr in groups:
-        n = len(gr.menu_ids)
-        cand, sc = candidates[pos:pos + n], scores[pos:pos + n]
-        pos += n
-        seq = torch.tensor([sum(s) for s in sc], dtype=torch.float64)  # log π(talent) under the menu mask
+        n, k = len(gr.menu_ids), len(gr.cue_tokens) or len(gr.menu_ids)
+        cand, sc = candidates[pos:pos + k], scores[pos:pos + k]
+        pos += k
+        seq = torch.tensor([sum(s) for s in sc], dtype=torch.float64)  # log π(cue, talent) under the decoding mask
         probs = torch.softmax(seq, 0)  # already sums to 1 up to rounding: renormalise
-        gr.menu_probs = probs.tolist()
         gen = torch.Generator().manual_seed(derive_seed(seed, "route", step, gr.index) % 2**63)
         if sample_all:
             chosen = torch.multinomial(probs, n_talent_arms, replacement=True, generator=gen).tolist()
         else:
             first = int(torch.multinomial(probs, 1, generator=gen).item())
-            rest = sorted((i for i in range(n) if i != first), key=lambda i: (-gr.menu_probs[i], i))
+            behind = first - first % n  # the drawn cue's candidates: arms intervene on the talent only
+            rest = sorted((i for i in range(behind, behind + n) if i != first), key=lambda i: (-float(probs[i]), i))
             chosen = [first] + rest[: n_talent_arms - 1]
-        gr.talents = [gr.menu_ids[i] for i in chosen] + ([None] if no_talent_arm else [])
-        gr.route_samples = [Sample("route", cand[i].prompt_ids, cand[i].completion_ids, sc[i], cand[i].allowed,
-                                   gr.index, k, -1) for k, i in enumerate(chosen)]
+        behind = chosen[0] - chosen[0] % n
+        gr.menu_probs = (probs[behind:behind + n] / probs[behind:behind + n].sum()).tolist()
+        gr.talents = [gr.menu_ids[i % n] for i in chosen] + ([None] if no_talent_arm else [])
+        gr.route_samples = [talent_sample(cand[i], sc[i], gr.cue_tokens[i] if gr.cue_tokens else 0, n, gr.index, a)
+                            for a, i in enumerate(chosen)]
         if no_talent_arm:
             gr.route_samples.append(None)
+
+
+def talent_sample(cand: Sample, score: Sequence[float], cue_tokens: int, n_talents: int, group: int, arm: int) -> Sample:
+    """The routing sample of one arm: its talent's tokens and their log-probs, after the restated cue (``cue_tokens``
+    of them, moved into the prompt with the talent-only menu as the decoding mask)."""
+    if not cue_tokens:
+        return Sample("route", cand.prompt_ids, cand.completion_ids, list(score), cand.allowed, group, arm, -1)
+    talents = [RoutingCue.split(a)[1] for a in cand.allowed[:n_talents]]
+    return Sample("route", cand.prompt_ids + cand.completion_ids[:cue_tokens], cand.completion_ids[cue_tokens:],
+                  list(score)[cue_tokens:], talents, group, arm, -1)
 
 
 def routing_contrast(rewards: np.ndarray, arms: np.ndarray, n_arms: int, n_talent_arms: int,

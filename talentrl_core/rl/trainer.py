@@ -187,7 +187,7 @@ class RLTrainer:
         sample_all = self.rl.arms == ArmChoice.sample  # the sampled_talent_rl baseline: each arm draws its talent
         candidates = routing.menu_candidates(groups, self.knowledge, self.tok, self.keep, self._goal,
                                              self.settings.routing_obs_chars, 1 if sample_all else self.n_talent_arms,
-                                             f"rl.n_arms={self.rl.n_arms}, no_talent_arm={self.rl.no_talent_arm}")
+                                             f"rl.n_arms={self.rl.n_arms}, no_talent_arm={self.rl.no_talent_arm}", self.settings.routing_cue)
         model = self.unwrapped()
         model.eval()
         with autocast(self.compute_dtype, self.acc.device):

@@ -29,6 +29,18 @@ def clean_text(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
+def same_text(a: str, b: str) -> bool:
+    """Whether two texts are the same up to whitespace and quote marks: TextWorld's intro observation prints the
+    objective's apostrophes as double quotes (``you"ve``), and a hidden route must be hidden there too.
+
+    >>> same_text('And once you"ve done that,  you win!', "And once you've done that, you win!")
+    True
+    """
+    def norm(t: str) -> str:
+        return " ".join(t.replace('"', "'").split())
+    return norm(a) == norm(b)
+
+
 def _normalise_command(action: str) -> str:
     # One line, single spaces, lower case: TextWorld's admissible commands are written that way, and a
     # newline inside an action must not reach the interpreter as a second command.
@@ -99,7 +111,7 @@ class TextWorldEnv:
         obs = clean_text(self._state.feedback)
         if self._hide_route:  # the intro observation repeats the objective: show the hidden text there too
             paras = obs.split("\n\n")
-            obs = "\n\n".join(self._objective if " ".join(p.split()) == objective else p for p in paras)
+            obs = "\n\n".join(self._objective if same_text(p, objective) else p for p in paras)
         self._first_obs = self._obs = obs
         return obs
 

@@ -366,9 +366,14 @@ def test_recognise_then_route_trains_the_talent_behind_the_restated_cue(tiny, se
     assert float(diff) < 1e-4
     trajs = run_episodes(fam.make, [EpisodeSpec(t, routing="policy", seed=0) for t in fam.tasks("train")], tr.policy,
                          dataclasses.replace(tr.settings, max_steps=1), tr.knowledge, batch_size=4, progress=False)
+    from talentrl_core.evaluation.runner import episode_result
+
     for t in trajs:
         said, talent = RoutingCue.split(t.steps[0].completion)
         assert t.steps[0].valid and said in (RoutingCue.format("east"), RoutingCue.format("north")) and talent in talents
+        shown = RoutingCue.format("east" if "east" in t.task_type else "north")  # the sign tells the side
+        assert episode_result("talent_sft", "textworld", t, None, 0, tr.settings.routing_cue).cue_read == (said == shown)
+        assert episode_result("talent_sft", "textworld", t, None, 0).cue_read is None
 
 
 def test_mini_batches_take_one_optimizer_step_each(one_step, env_cfg, family, tiny, tmp_path):

@@ -73,6 +73,9 @@ class EpisodeResult:
     route_p: Optional[float] = None
     ("Probability the policy gave the talent it chose, under the menu constraint (None: the talent was not the "
      "policy's choice). Near 1 on every task: a sure router, which RL's routing contrasts barely move.")
+    cue_read: Optional[bool] = None
+    ("Whether the router restated the cue its prompt shows (env.routing_cue, issue 38's A2: \"recognise, then "
+     "route\"); None without a restated cue.")
 
 
 SCORE_PANELS = ("webshop",)

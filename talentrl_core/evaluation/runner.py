@@ -153,15 +153,27 @@ def route_probability(t) -> Optional[float]:
     return round(math.exp(sum(step.logprobs)), 4) if step is not None and step.logprobs else None
 
 
-def episode_result(system: str, panel: str, t, knowledge, sample_idx: int) -> EpisodeResult:
+def cue_read(t, cue) -> Optional[bool]:
+    """Whether ``t``'s router restated the cue its routing prompt shows (``env.routing_cue``); None without a cue or a
+    policy routing step."""
+    step = next((s for s in t.steps if s.is_routing), None)
+    if cue is None or step is None or not step.completion:
+        return None
+    shown = cue.read(json.loads(step.prompt)[-1]["content"])
+    return shown is not None and cue.split(step.completion)[0] == cue.format(shown)
+
+
+def episode_result(system: str, panel: str, t, knowledge, sample_idx: int, cue=None) -> EpisodeResult:
     """One evaluated trajectory as a row of episodes.jsonl; ``knowledge`` (None for systems without skills) names
-    the task's oracle talent. An episode whose environment crashed keeps its error flag and counts as a failure."""
+    the task's oracle talent; ``cue`` (``env.routing_cue``) checks the router's restated cue. An episode whose
+    environment crashed keeps its error flag and counts as a failure."""
     oracle = knowledge.oracle_talent(t.env, t.task_type, t.task_id) if knowledge is not None else None
     return EpisodeResult(
         system=system, panel=panel, task_id=t.task_id, task_type=t.task_type, success=bool(t.success),
         reward=float(t.final_reward), tokens=sum(s.prompt_tokens + s.completion_tokens for s in t.steps),
         chosen_talent=t.talent_id, oracle_talent=oracle, sample_idx=sample_idx,
         error=bool(t.error), n_steps=t.n_steps, n_invalid=t.n_invalid, route_p=route_probability(t),
+        cue_read=cue_read(t, cue),
     )
 
 
@@ -194,7 +206,8 @@ class SystemRun:
                                      self.knowledge, self.cfg.collect.batch_size, self.progress)
                 check_one_per_task(trajs, chunk, self.system, self.panel)
                 know = self.knowledge if spec.use_skills else None
-                got = {"rows": [dataclasses.asdict(episode_result(self.system, self.panel, t, know, k)) for t in trajs],
+                got = {"rows": [dataclasses.asdict(episode_result(self.system, self.panel, t, know, k, settings.routing_cue))
+                                 for t in trajs],
                        "perf": run_perf(trajs, time.perf_counter() - t0, before, gen_stats(policy))}
                 self.cache.put(self.panel, self.system, k, start, key, got["rows"], got["perf"])
             rows += [EpisodeResult(**r) for r in got["rows"]]

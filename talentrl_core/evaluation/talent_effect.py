@@ -63,14 +63,17 @@ UNDECIDED = 0.75
 
 def confidence(episodes: Sequence[Any]) -> dict:
     """``{"confidence": mean p of the chosen talent, "undecided": share chosen with p < UNDECIDED}`` over the
-    episodes that carry ``route_p`` (the policy's own choices); ``{}`` when none does.
+    episodes that carry ``route_p`` (the policy's own choices), and ``cue_read``: the share whose router restated
+    the cue its prompt shows, where the router restates one (``env.routing_cue``); ``{}`` when none does.
 
     >>> from types import SimpleNamespace as E
     >>> confidence([E(route_p=1.0), E(route_p=0.6), E(route_p=None)])
     {'confidence': 0.8, 'undecided': 0.5}
     """
     ps = [e.route_p for e in episodes if getattr(e, "route_p", None) is not None]
-    return {"confidence": float(np.mean(ps)), "undecided": float(np.mean([p < UNDECIDED for p in ps]))} if ps else {}
+    cues = [e.cue_read for e in episodes if getattr(e, "cue_read", None) is not None]
+    return ({"confidence": float(np.mean(ps)), "undecided": float(np.mean([p < UNDECIDED for p in ps]))} if ps else {}) | (
+        {"cue_read": float(np.mean(cues))} if cues else {})
 
 
 def routing_block(episodes: Sequence[Any], matrix: Mapping[str, Mapping[str, Mapping]]) -> Optional[dict]:

@@ -15,7 +15,7 @@ training skipped when its model is there and an evaluation when its episodes are
   student's talents measured with talentrl's rollout budget, the router fine-tuned on the winners for as many steps
   as talentrl makes updates);
 * ``<root>/d<D>/oracle_sft``: SFT on the measured-best labels (``sft.routing_labels=measured_best``), evaluated as
-  ``oracle_sft`` (last: the longest run and the least needed).
+  ``oracle_sft`` (last: the longest run and the least needed; ``--no-oracle-sft`` leaves it out).
 
 Then ``<out>/draw<D>/seed<S>/`` gets ``episodes.jsonl`` (the draw's systems and the seed's variants under their
 names) and ``metrics.json``, and ``<out>/draw<D>/verdicts.json`` the tests of ``routing_verdicts``. ``--report-only``
@@ -99,7 +99,7 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
                     stages.rl(c)
                 stages.evaluate(cfg(f, f"rl.seed={s}", *VARIANTS[v](args), "eval.systems=[talentrl]"))
     o = runs["oracle_sft"] = link(d, d / "oracle_sft", SHARED + ("models/base",))
-    if not _evaluated(o):
+    if not _evaluated(o) and getattr(args, "oracle_sft", True):
         if not _trained(o):
             no_habit = [f"sft.demonstrator_habit.{k}=1" for k in cfg(o).sft.demonstrator_habit]  # a dict override merges
             stages.sft(cfg(o, "sft.routing_labels=measured_best", "sft.routing_target=choice", *no_habit))
@@ -162,6 +162,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--a1-tasks", type=int, default=16, help="routing_only: tasks per update")
     p.add_argument("--out", type=Path, default=Path("docs/results/routing"))
     p.add_argument("--report-only", action="store_true", help="rebuild <out> from the runs' evaluations only")
+    p.add_argument("--oracle-sft", action=argparse.BooleanOptionalAction, default=True,
+                   help="train and evaluate oracle_sft (a second SFT of the draw's length) after the variants")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=ring")
     args = p.parse_args(argv)
     from .config import load_config

@@ -47,3 +47,19 @@ def test_a_seed_below_sft_fails_the_criteria_and_ties_do_not_count():
 def test_routing_accuracy_is_na_where_every_task_has_one_best_talent():
     same = {f"t{i}": {"chosen_talent": "E", "oracle_talent": "E"} for i in range(5)}
     assert routing_accuracy(same) is None
+
+
+def test_a_router_that_reads_the_cue_meets_a2s_precondition_and_routing_only_is_held_to_the_primary():
+    """A2 (env.routing_cue): talent_sft's rows carry cue_read; the habit precondition gives way to reading the cue
+    (>= 0.95 of the panel). routing_only (A1) is held to the same primary criteria as talentrl."""
+    sft = rows("talent_sft", [o == "E" for o in ORACLE], ["E"] * N, ORACLE)
+    for i, r in enumerate(sft):
+        r["cue_read"] = i != 0  # 39 of 40
+    draw = rows("oracle_talent", [1] * N, ORACLE, ORACLE) + rows("random_talent", [i % 4 == 0 for i in range(N)]) + sft
+    v = routing_verdicts({0: draw + rows("routing_only", [1] * N, ORACLE, ORACLE)}, ["routing_only"])
+    pre = v["preconditions"]
+    assert "sft_router_follows_habit" not in pre and pre["sft_router_reads_cue"]["cue_read"] == 39 / 40
+    assert pre["sft_router_reads_cue"]["met"] and v["summary"]["preconditions_met"]
+    assert v["summary"]["routing_only_beats_talent_sft_every_seed"] and v["summary"]["routing_only_routing_accuracy"] == [1.0]
+    sft[1]["cue_read"] = sft[2]["cue_read"] = False  # 37 of 40 < 0.95
+    assert not routing_verdicts({0: draw}, [])["preconditions"]["sft_router_reads_cue"]["met"]

@@ -18,6 +18,10 @@ PRECONDITION_GAP = 0.40
 "oracle_talent − random_talent the draw must show: the executor follows the talent."
 HABIT_ROUTING = (0.40, 0.60)
 "talent_sft's routing accuracy when it follows a 2 : 1 habit on a two-sided mix: wrong on about half the tasks."
+CUE_READ = 0.95
+"Share of panel tasks on which talent_sft restates the cue it is shown (A2: SFT taught it to read the sign)."
+PRIMARY = ("talentrl", "routing_only")
+"The variants held to the primary criteria: routing RL at the demo's budget (A0) and the routing-only phase (A1)."
 
 
 def greedy(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mapping[str, Any]]]:
@@ -74,8 +78,13 @@ def draw_preconditions(g: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> dict
         out["executor_follows_talent"] = t
     if "talent_sft" in g:
         acc = routing_accuracy(g["talent_sft"])
-        out["sft_router_follows_habit"] = {"routing_accuracy": acc,
-                                           "met": acc is not None and HABIT_ROUTING[0] <= acc <= HABIT_ROUTING[1]}
+        cues = [r["cue_read"] for r in g["talent_sft"].values() if r.get("cue_read") is not None]
+        if cues:  # recognise, then route (A2): SFT taught reading the cue, not the choice
+            share = sum(map(bool, cues)) / len(cues)
+            out["sft_router_reads_cue"] = {"cue_read": share, "routing_accuracy": acc, "met": share >= CUE_READ}
+        else:
+            out["sft_router_follows_habit"] = {"routing_accuracy": acc,
+                                               "met": acc is not None and HABIT_ROUTING[0] <= acc <= HABIT_ROUTING[1]}
     return out
 
 
@@ -107,13 +116,15 @@ def routing_verdicts(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], varian
 def summary(v: Mapping[str, Any]) -> dict:
     """The issue's criteria, met or not, for this draw."""
     s: dict[str, Any] = {"preconditions_met": all(p.get("met") for p in v["preconditions"].values())}
-    t = v["vs_talent_sft"].get("talentrl")
-    if t:
+    for name in PRIMARY:  # the primary criteria at each RL budget: A0 (talentrl) and A1 (routing_only)
+        t = v["vs_talent_sft"].get(name)
+        if not t:
+            continue
         seeds = t["per_seed"].values()
-        s["talentrl_beats_talent_sft_every_seed"] = all(x["a_success"] > x["b_success"] and x["p_mcnemar"] < 0.01 for x in seeds)
-        s["talentrl_task_sign_p"] = t["task_sign_test_vs_talent_sft"]["p_sign"]
-        s["talentrl_routing_accuracy"] = [x["routing_accuracy"] for x in seeds]
-        s["talentrl_never_below_talent_sft"] = all(x["a_success"] >= x["b_success"] for x in seeds)
+        s[f"{name}_beats_talent_sft_every_seed"] = all(x["a_success"] > x["b_success"] and x["p_mcnemar"] < 0.01 for x in seeds)
+        s[f"{name}_task_sign_p"] = t["task_sign_test_vs_talent_sft"]["p_sign"]
+        s[f"{name}_routing_accuracy"] = [x["routing_accuracy"] for x in seeds]
+        s[f"{name}_never_below_talent_sft"] = all(x["a_success"] >= x["b_success"] for x in seeds)
     for name, block in v["vs_talent_sft"].items():
         s[f"{name}_success"] = [x["a_success"] for x in block["per_seed"].values()]
     sh, sft_acc = v["vs_talent_sft"].get("shuffled_contrast_rl"), v["routing_accuracy"].get("talent_sft")

@@ -81,6 +81,7 @@ def menu_candidates(groups: Sequence[Group], knowledge: Knowledge, tok, keep: Op
     ``goal_of(task)`` = (goal, first observation); ``n_arms_setting`` names the settings in the error when the menu is
     too short."""
     candidates: list[Sample] = []
+    cue_lens: dict[str, int] = {}  # the same menus recur in every group: tokenise each completion once
     for gr in groups:
         gr.goal, first = goal_of(gr.task)
         menu = knowledge.menu(gr.task.env)
@@ -91,7 +92,9 @@ def menu_candidates(groups: Sequence[Group], knowledge: Knowledge, tok, keep: Op
         gr.menu_ids = [t.talent_id for t in menu]
         prompt = chat_prompt_ids(tok, routing_prompt(gr.task.env, gr.goal, first, menu, obs_chars), keep)
         allowed = routing_completions([t.shown for t in menu], cue)
-        gr.cue_tokens = [cue_token_count(tok, text) for text in allowed] if cue is not None else [0] * len(allowed)
+        if cue is not None:
+            cue_lens.update({text: cue_token_count(tok, text) for text in allowed if text not in cue_lens})
+        gr.cue_tokens = [cue_lens.get(text, 0) for text in allowed]
         candidates.extend(Sample("route", prompt, completion_ids_of(tok, text), [], allowed, gr.index) for text in allowed)
     return candidates
 

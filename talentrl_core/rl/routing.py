@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ..envs.base import Task
-from ..prompts import RoutingCue, format_talent, routing_completions, routing_prompt
+from ..prompts import RoutingCue, routing_completions, routing_prompt
 from ..rollout import EpisodeSpec, Knowledge
 from ..trajectories import Trajectory
 from .advantages import routing_advantages

@@ -13,7 +13,8 @@ training skipped when its model is there and an evaluation when its episodes are
   ``sampled_talent_rl`` (``rl.arms=sample``: each rollout draws its own talent, the ordinary group advantage),
   ``shuffled_contrast_rl`` (``rl.shuffle_route_credit=true``) and ``relabel_sft`` (``talentrl_core.relabel``: the
   student's talents measured with talentrl's rollout budget, the router fine-tuned on the winners for as many steps
-  as talentrl makes updates);
+  as talentrl makes updates); with ``--budget a1`` every variant runs the routing-only phase at A1's budget (in
+  ``s<S>-<variant>-a1``), so that each baseline differs from ``routing_only`` in its one mechanism;
 * ``<root>/d<D>/oracle_sft``: SFT on the measured-best labels (``sft.routing_labels=measured_best``), evaluated as
   ``oracle_sft`` (last: the longest run and the least needed; ``--no-oracle-sft`` leaves it out).
 
@@ -35,15 +36,35 @@ from .errors import named_errors
 
 DRAW_SYSTEMS = ("zero_shot", "flat_skillbank", "random_talent", "oracle_talent", "talent_sft")
 SHARED = ("trajectories", "library", "cache")
+
+
+def a1(args: argparse.Namespace) -> list[str]:
+    """The routing-only phase (A1): no execution training, ``--a1-steps`` updates of ``--a1-tasks`` tasks."""
+    return ["rl.train_execution=false", f"rl.steps={args.a1_steps}", f"rl.tasks_per_step={args.a1_tasks}",
+            f"rl.checkpoint_every={max(1, args.a1_steps // 4)}"]
+
+
 VARIANTS: dict[str, Callable[[argparse.Namespace], list[str]]] = {
     "talentrl": lambda a: [],
-    "routing_only": lambda a: ["rl.train_execution=false", f"rl.steps={a.a1_steps}", f"rl.tasks_per_step={a.a1_tasks}",
-                               f"rl.checkpoint_every={max(1, a.a1_steps // 4)}"],
+    "routing_only": a1,
     "sampled_talent_rl": lambda a: ["rl.arms=sample", "rl.n_arms=8", "rl.group_size=8", "rl.exec_group=task"],
     "shuffled_contrast_rl": lambda a: ["rl.shuffle_route_credit=true"],
     "relabel_sft": lambda a: [],
 }
 "Each RL-seed variant's overrides on top of the study's (relabel_sft is not an RL run)."
+
+
+def variant_overrides(v: str, args: argparse.Namespace) -> list[str]:
+    """``v``'s overrides at the study's budget: at ``--budget a1`` every variant runs the routing-only phase, so that
+    the baselines differ from ``routing_only`` in their one mechanism (relabel_sft measures with its rollouts)."""
+    if args.budget == "a1" and v == "talentrl":
+        raise ValueError("--budget a1: talentrl in the routing-only phase is the variant routing_only; name that")
+    return VARIANTS[v](args) + (a1(args) if args.budget == "a1" and v != "routing_only" else [])
+
+
+def run_name(seed: int, v: str, args: argparse.Namespace) -> str:
+    """The run folder under the draw: ``s<S>-<variant>``, ``-a1`` added for a baseline at the A1 budget."""
+    return f"s{seed}-{v}" + ("-a1" if args.budget == "a1" and v != "routing_only" else "")
 
 
 def link(root: Path, folder: Path, rels: Sequence[str]) -> Path:
@@ -86,10 +107,11 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
         stages.evaluate(cfg(d, f"eval.systems=[{','.join(DRAW_SYSTEMS)}]"))
     for s in seeds:
         for v in variants:
-            f = runs[f"s{s}-{v}"] = link(d, d / f"s{s}-{v}", SHARED + ("models/base",) + (() if v == "relabel_sft" else ("models/sft",)))
+            f = runs[f"s{s}-{v}"] = link(d, d / run_name(s, v, args),
+                                         SHARED + ("models/base",) + (() if v == "relabel_sft" else ("models/sft",)))
             if _evaluated(f):
                 continue
-            c = cfg(f, f"rl.seed={s}", *VARIANTS[v](args))
+            c = cfg(f, f"rl.seed={s}", *variant_overrides(v, args))
             if v == "relabel_sft":
                 if not _trained(f):
                     relabel(c, d / "models" / "sft", f / "models" / "sft", s)
@@ -97,7 +119,7 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
             else:
                 if not _trained(f, "rl"):
                     stages.rl(c)
-                stages.evaluate(cfg(f, f"rl.seed={s}", *VARIANTS[v](args), "eval.systems=[talentrl]"))
+                stages.evaluate(cfg(f, f"rl.seed={s}", *variant_overrides(v, args), "eval.systems=[talentrl]"))
     o = runs["oracle_sft"] = link(d, d / "oracle_sft", SHARED + ("models/base",))
     if not _evaluated(o) and getattr(args, "oracle_sft", True):
         if not _trained(o):
@@ -160,6 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     p.add_argument("--a1-steps", type=int, default=75, help="routing_only: RL updates")
     p.add_argument("--a1-tasks", type=int, default=16, help="routing_only: tasks per update")
+    p.add_argument("--budget", choices=["a0", "a1"], default="a0",
+                   help="a0: each variant at the config's RL budget (routing_only always at A1); a1: every variant in "
+                        "the routing-only phase at the A1 budget, its runs in s<S>-<variant>-a1")
     p.add_argument("--out", type=Path, default=Path("docs/results/routing"))
     p.add_argument("--report-only", action="store_true", help="rebuild <out> from the runs' evaluations only")
     p.add_argument("--oracle-sft", action=argparse.BooleanOptionalAction, default=True,
@@ -168,10 +193,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(argv)
     from .config import load_config
 
-    load_config(args.overrides)  # a bad override is refused before anything runs
+    load_config(args.overrides)  # a bad override (or variant at this budget) is refused before anything runs
+    for v in args.variants:
+        variant_overrides(v, args)
     if args.report_only:
         d = args.root / f"d{args.draw}"
-        runs = {"draw": d, "oracle_sft": d / "oracle_sft"} | {f"s{s}-{v}": d / f"s{s}-{v}" for s in args.seeds for v in args.variants}
+        runs = {"draw": d, "oracle_sft": d / "oracle_sft"} | {f"s{s}-{v}": d / run_name(s, v, args)
+                                                              for s in args.seeds for v in args.variants}
     else:
         runs = run_draw(args.root, args.draw, args.seeds, args.variants, args.overrides, args)
     out = args.out / f"draw{args.draw}"

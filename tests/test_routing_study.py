@@ -63,3 +63,34 @@ def test_a_router_that_reads_the_cue_meets_a2s_precondition_and_routing_only_is_
     assert v["summary"]["routing_only_beats_talent_sft_every_seed"] and v["summary"]["routing_only_routing_accuracy"] == [1.0]
     sft[1]["cue_read"] = sft[2]["cue_read"] = False  # 37 of 40 < 0.95
     assert not routing_verdicts({0: draw}, [])["preconditions"]["sft_router_reads_cue"]["met"]
+
+
+def test_each_mechanism_baseline_is_tested_against_the_primary_of_its_own_seed():
+    """At --budget a1 the baselines run beside routing_only: each is paired with routing_only of the same RL seed."""
+    learned = rows("routing_only", [1] * N, ORACLE, ORACLE)
+    relabel = rows("relabel_sft", [i < N - 4 for i in range(N)], ORACLE, ORACLE)  # 4 tasks behind
+    v = routing_verdicts({s: draw_rows() + learned + relabel for s in (0, 1)}, ["routing_only", "relabel_sft"])
+    block = v["vs_primary"]["relabel_sft"]
+    assert block["primary"] == "routing_only" and sorted(block["per_seed"]) == [0, 1]
+    assert (block["per_seed"][0]["a_only"], block["per_seed"][0]["b_only"]) == (4, 0)
+    assert v["summary"]["routing_only_vs_relabel_sft"] == ["4:0 p=0.12"] * 2
+    assert "sampled_talent_rl" not in v["vs_primary"]
+
+
+def test_the_a1_budget_puts_every_baseline_in_the_routing_only_phase_and_its_own_folder():
+    import argparse
+
+    import pytest
+
+    from pipeline.routing_study import run_name, variant_overrides
+
+    a0 = argparse.Namespace(budget="a0", a1_steps=75, a1_tasks=16)
+    a1 = argparse.Namespace(budget="a1", a1_steps=75, a1_tasks=16)
+    assert "rl.train_execution=false" not in variant_overrides("shuffled_contrast_rl", a0)
+    shuffled = variant_overrides("shuffled_contrast_rl", a1)
+    assert {"rl.shuffle_route_credit=true", "rl.train_execution=false", "rl.steps=75", "rl.tasks_per_step=16"} <= set(shuffled)
+    assert variant_overrides("routing_only", a1) == variant_overrides("routing_only", a0)
+    assert run_name(2, "relabel_sft", a1) == "s2-relabel_sft-a1" and run_name(2, "routing_only", a1) == "s2-routing_only"
+    assert run_name(2, "relabel_sft", a0) == "s2-relabel_sft"
+    with pytest.raises(ValueError, match="routing_only"):
+        variant_overrides("talentrl", a1)

@@ -22,6 +22,8 @@ CUE_READ = 0.95
 "Share of panel tasks on which talent_sft restates the cue it is shown (A2: SFT taught it to read the sign)."
 PRIMARY = ("talentrl", "routing_only")
 "The variants held to the primary criteria: routing RL at the demo's budget (A0) and the routing-only phase (A1)."
+MECHANISM = ("sampled_talent_rl", "shuffled_contrast_rl", "relabel_sft")
+"The baselines that test where a gain comes from, each run at the primary variant's budget."
 
 
 def greedy(rows: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Mapping[str, Any]]]:
@@ -109,7 +111,21 @@ def routing_verdicts(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], varian
             "task_sign_test_vs_talent_sft": task_sign_test(list(runs.values()), g0["talent_sft"]),
         }
     out["vs_talent_sft"] = per_variant
+    out["vs_primary"] = against_primary(gs, seeds, variants)
     out["summary"] = summary(out)
+    return out
+
+
+def against_primary(gs: Mapping[int, Mapping[str, Mapping[str, Mapping[str, Any]]]], seeds: Sequence[int],
+                    variants: Sequence[str]) -> dict:
+    """Each mechanism baseline against the primary variant of the same RL seed (talentrl where run, else routing_only:
+    the baselines run at the primary's budget): ``{baseline: {"primary", "per_seed": {seed: paired test}}}``."""
+    primary = next((p for p in PRIMARY if p in variants), None)
+    out: dict[str, Any] = {}
+    for b in MECHANISM:
+        pairs = {s: paired(gs[s][primary], gs[s][b]) for s in seeds if b in variants and primary in gs[s] and b in gs[s]}
+        if pairs:
+            out[b] = {"primary": primary, "per_seed": pairs}
     return out
 
 
@@ -131,5 +147,8 @@ def summary(v: Mapping[str, Any]) -> dict:
     if sh and sft_acc is not None:
         accs = [x["routing_accuracy"] for x in sh["per_seed"].values()]
         s["shuffled_within_0.05_of_sft_routing"] = all(a is not None and abs(a - sft_acc) <= 0.05 for a in accs)
+    for name, block in v.get("vs_primary", {}).items():
+        s[f"{block['primary']}_vs_{name}"] = [f"{x['a_only']}:{x['b_only']} p={x['p_mcnemar']:.2g}"
+                                              for x in block["per_seed"].values()]
     s["success"] = v["success"]
     return s

@@ -25,11 +25,14 @@ from .trajectories import Trajectory
 def measure(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, n_tasks: int, rollouts: int,
             seed: int = 0) -> list[Trajectory]:
     """``rollouts`` sampled episodes (``model.temperature``) of every menu talent on ``n_tasks`` training tasks drawn
-    with ``seed`` (all of them when ``n_tasks`` is 0 or more than there are): ``n_tasks × |menu| × rollouts``."""
+    with ``seed``: ``n_tasks × |menu| × rollouts``. Where ``n_tasks`` is more than there are (RL draws its tasks
+    again and again), every task is measured with the rollouts of the draws it stands for, so that the budget is
+    kept (``kept_budget``); ``n_tasks`` 0: every task, ``rollouts`` each."""
     from .agent import load_policy
 
     pool = family.tasks(cfg.rl.split)
     tasks = random.Random(seed).sample(pool, n_tasks) if 0 < n_tasks < len(pool) else list(pool)
+    rollouts = kept_budget(n_tasks, rollouts, len(tasks))
     family.prepare(tasks, workers=1, progress=False)
     policy, _ = load_policy(cfg, checkpoint, name="relabel")
     menu = knowledge.menu(family.name)
@@ -38,6 +41,15 @@ def measure(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, 
              for i, t in enumerate(tasks) for k, m in enumerate(menu) for j in range(rollouts)]
     settings = RolloutSettings.of(cfg.env, run_id="relabel", split=cfg.rl.split, checkpoint=checkpoint)
     return run_episodes(family.make, specs, policy, settings, knowledge, batch_size=cfg.rl.rollout_batch_size)
+
+
+def kept_budget(n_tasks: int, rollouts: int, pool: int) -> int:
+    """Rollouts per (task, talent) that spend ``n_tasks × rollouts`` on a pool of ``pool`` tasks (rounded up).
+
+    >>> kept_budget(1200, 4, 300), kept_budget(100, 4, 100), kept_budget(0, 4, 300), kept_budget(10, 3, 4)
+    (16, 4, 4, 8)
+    """
+    return max(rollouts, -(-n_tasks * rollouts // pool)) if n_tasks > pool > 0 else rollouts
 
 
 def winners(trajs: Sequence[Trajectory]) -> dict[str, Optional[str]]:

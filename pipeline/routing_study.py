@@ -19,8 +19,9 @@ training skipped when its model is there and an evaluation when its episodes are
   ``oracle_sft`` (last: the longest run and the least needed; ``--no-oracle-sft`` leaves it out).
 
 Then ``<out>/draw<D>/seed<S>/`` gets ``episodes.jsonl`` (the draw's systems and the seed's variants under their
-names) and ``metrics.json``, and ``<out>/draw<D>/verdicts.json`` the tests of ``routing_verdicts``. ``--report-only``
-rebuilds ``<out>`` from the runs' evaluations without running anything.
+names; the executor after each variant's training, given the oracle talent in ``<run>/executor``, as
+``oracle_talent_after_<variant>``) and ``metrics.json``, and ``<out>/draw<D>/verdicts.json`` the tests of
+``routing_verdicts``. ``--report-only`` rebuilds ``<out>`` from the runs' evaluations without running anything.
 """
 
 from __future__ import annotations
@@ -109,17 +110,16 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
         for v in variants:
             f = runs[f"s{s}-{v}"] = link(d, d / run_name(s, v, args),
                                          SHARED + ("models/base",) + (() if v == "relabel_sft" else ("models/sft",)))
-            if _evaluated(f):
-                continue
-            c = cfg(f, f"rl.seed={s}", *variant_overrides(v, args))
-            if v == "relabel_sft":
-                if not _trained(f):
-                    relabel(c, d / "models" / "sft", f / "models" / "sft", s)
-                stages.evaluate(cfg(f, f"rl.seed={s}", "eval.systems=[talent_sft]"))
-            else:
-                if not _trained(f, "rl"):
-                    stages.rl(c)
-                stages.evaluate(cfg(f, f"rl.seed={s}", *variant_overrides(v, args), "eval.systems=[talentrl]"))
+            model = "sft" if v == "relabel_sft" else "rl"
+            if not _evaluated(f):
+                c = cfg(f, f"rl.seed={s}", *variant_overrides(v, args))
+                if not _trained(f, model):
+                    relabel(c, d / "models" / "sft", f / "models" / "sft", s) if v == "relabel_sft" else stages.rl(c)
+                stages.evaluate(cfg(f, f"rl.seed={s}", *variant_overrides(v, args),
+                                    f"eval.systems=[{'talent_sft' if v == 'relabel_sft' else 'talentrl'}]"))
+            e = executor_folder(f, model)  # the executor after training, given the oracle talent
+            if getattr(args, "executor", True) and not _evaluated(e):
+                stages.evaluate(cfg(e, "eval.systems=[oracle_talent]"))
     o = runs["oracle_sft"] = link(d, d / "oracle_sft", SHARED + ("models/base",))
     if not _evaluated(o) and getattr(args, "oracle_sft", True):
         if not _trained(o):
@@ -127,6 +127,16 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
             stages.sft(cfg(o, "sft.routing_labels=measured_best", "sft.routing_target=choice", *no_habit))
         stages.evaluate(cfg(o, "eval.systems=[talent_sft]"))
     return runs
+
+
+def executor_folder(run: Path, model: str) -> Path:
+    """``<run>/executor``: the run's trained checkpoint (``models/<model>``) in the place of the SFT checkpoint, so that
+    ``oracle_talent`` evaluated there measures the executor after training (the criterion "executor not damaged")."""
+    e = link(run, run / "executor", SHARED + ("models/base",))
+    at = e / "models" / "sft"
+    if not at.is_symlink():
+        at.symlink_to((run / "models" / model).resolve(), target_is_directory=True)
+    return e
 
 
 def relabel(cfg, checkpoint: Path, out: Path, seed: int) -> dict:
@@ -154,6 +164,7 @@ def _rows(folder: Path, keep: Sequence[str], rename: dict[str, str]) -> list[dic
 def gather(runs: dict[str, Path], seeds: Sequence[int], variants: Sequence[str], out: Path) -> dict[int, list[dict]]:
     """``<out>/seed<S>/episodes.jsonl`` + ``metrics.json`` per seed: the draw's systems, oracle_sft and the variants."""
     from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
+    from talentrl_core.evaluation.routing_verdicts import AFTER
     from talentrl_core.io import write_json, write_text
 
     base = _rows(runs["draw"], DRAW_SYSTEMS, {}) + _rows(runs["oracle_sft"], ["talent_sft"], {"talent_sft": "oracle_sft"})
@@ -163,6 +174,7 @@ def gather(runs: dict[str, Path], seeds: Sequence[int], variants: Sequence[str],
         for v in variants:
             own = "talent_sft" if v == "relabel_sft" else "talentrl"
             rows += _rows(runs[f"s{s}-{v}"], [own], {own: v})
+            rows += _rows(runs[f"s{s}-{v}"] / "executor", ["oracle_talent"], {"oracle_talent": AFTER + v})
         per_seed[s] = rows
         write_text(out / f"seed{s}" / "episodes.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
         write_json(out / f"seed{s}" / "metrics.json", build_metrics([EpisodeResult(**r) for r in rows]))
@@ -189,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--report-only", action="store_true", help="rebuild <out> from the runs' evaluations only")
     p.add_argument("--oracle-sft", action=argparse.BooleanOptionalAction, default=True,
                    help="train and evaluate oracle_sft (a second SFT of the draw's length) after the variants")
+    p.add_argument("--executor", action=argparse.BooleanOptionalAction, default=True,
+                   help="evaluate oracle_talent on each variant's trained checkpoint (the executor after training)")
     p.add_argument("overrides", nargs="*", help="Hydra overrides, e.g. experiment=ring")
     args = p.parse_args(argv)
     from .config import load_config

@@ -94,3 +94,16 @@ def test_the_a1_budget_puts_every_baseline_in_the_routing_only_phase_and_its_own
     assert run_name(2, "relabel_sft", a0) == "s2-relabel_sft"
     with pytest.raises(ValueError, match="routing_only"):
         variant_overrides("talentrl", a1)
+
+
+def test_the_executor_after_training_is_held_to_its_success_per_talent_before():
+    """oracle_talent on a variant's trained checkpoint (``oracle_talent_after_<variant>``) against the draw's: met while
+    every talent's success moves by at most 0.05."""
+    same = rows("oracle_talent_after_routing_only", [1] * N, ORACLE, ORACLE)
+    east_lost = rows("oracle_talent_after_routing_only", [o == "N" or i < 4 for i, o in enumerate(ORACLE)], ORACLE, ORACLE)
+    learned = rows("routing_only", [1] * N, ORACLE, ORACLE)
+    v = routing_verdicts({0: draw_rows() + learned + same, 1: draw_rows() + learned + east_lost}, ["routing_only"])
+    assert v["executor_after"]["routing_only"][0] == {"before": {"E": 1.0, "N": 1.0}, "after": {"E": 1.0, "N": 1.0}, "met": True}
+    assert v["executor_after"]["routing_only"][1]["after"] == {"E": 0.1, "N": 1.0}
+    assert not v["summary"]["routing_only_executor_not_damaged"]
+    assert "oracle_talent_after_routing_only" not in v["success"]

@@ -22,6 +22,10 @@ CUE_READ = 0.95
 "Share of panel tasks on which talent_sft restates the cue it is shown (A2: SFT taught it to read the sign)."
 PRIMARY = ("talentrl", "routing_only")
 "The variants held to the primary criteria: routing RL at the demo's budget (A0) and the routing-only phase (A1)."
+EXECUTOR_TOLERANCE = 0.05
+"How far oracle_talent's success per talent may move through a variant's training: the executor not damaged."
+AFTER = "oracle_talent_after_"
+"System name prefix of the oracle_talent episodes of a variant's trained checkpoint (the executor after training)."
 MECHANISM = ("sampled_talent_rl", "shuffled_contrast_rl", "relabel_sft")
 "The baselines that test where a gain comes from, each run at the primary variant's budget."
 
@@ -100,7 +104,7 @@ def routing_verdicts(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], varian
                            "routing_accuracy": {s: routing_accuracy(g0[s]) for s in sorted(g0) if s in (
                                "talent_sft", "oracle_sft", "random_talent", "oracle_talent")},
                            "success": {s: round(sum(bool(r["success"]) for r in g0[s].values()) / max(len(g0[s]), 1), 6)
-                                       for s in sorted(g0) if s not in variants}}
+                                       for s in sorted(g0) if s not in variants and not s.startswith(AFTER)}}
     per_variant: dict[str, Any] = {}
     for v in variants:
         runs = {s: gs[s][v] for s in seeds if v in gs[s]}
@@ -112,6 +116,7 @@ def routing_verdicts(per_seed: Mapping[int, Sequence[Mapping[str, Any]]], varian
         }
     out["vs_talent_sft"] = per_variant
     out["vs_primary"] = against_primary(gs, seeds, variants)
+    out["executor_after"] = executor_after(gs, seeds, variants)
     out["summary"] = summary(out)
     return out
 
@@ -126,6 +131,32 @@ def against_primary(gs: Mapping[int, Mapping[str, Mapping[str, Mapping[str, Any]
         pairs = {s: paired(gs[s][primary], gs[s][b]) for s in seeds if b in variants and primary in gs[s] and b in gs[s]}
         if pairs:
             out[b] = {"primary": primary, "per_seed": pairs}
+    return out
+
+
+def per_talent(by_task: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Success per oracle talent of a system's greedy episodes."""
+    by: dict[str, list[bool]] = defaultdict(list)
+    for r in by_task.values():
+        if r.get("oracle_talent"):
+            by[r["oracle_talent"]].append(bool(r["success"]))
+    return {t: round(sum(xs) / len(xs), 6) for t, xs in sorted(by.items())}
+
+
+def executor_after(gs: Mapping[int, Mapping[str, Mapping[str, Mapping[str, Any]]]], seeds: Sequence[int],
+                   variants: Sequence[str]) -> dict:
+    """oracle_talent's success per talent before (the draw) and after each variant's training, per seed; ``met`` when
+    every talent moved by at most ``EXECUTOR_TOLERANCE``."""
+    out: dict[str, Any] = {}
+    for v in variants:
+        runs = {s: gs[s][AFTER + v] for s in seeds if AFTER + v in gs[s] and "oracle_talent" in gs[s]}
+        per_seed = {}
+        for s, after in runs.items():
+            b, a = per_talent(gs[s]["oracle_talent"]), per_talent(after)
+            per_seed[s] = {"before": b, "after": a,
+                           "met": all(abs(a.get(t, 0.0) - x) <= EXECUTOR_TOLERANCE for t, x in b.items())}
+        if per_seed:
+            out[v] = per_seed
     return out
 
 
@@ -150,5 +181,7 @@ def summary(v: Mapping[str, Any]) -> dict:
     for name, block in v.get("vs_primary", {}).items():
         s[f"{block['primary']}_vs_{name}"] = [f"{x['a_only']}:{x['b_only']} p={x['p_mcnemar']:.2g}"
                                               for x in block["per_seed"].values()]
+    for name, per_seed in v.get("executor_after", {}).items():
+        s[f"{name}_executor_not_damaged"] = all(x["met"] for x in per_seed.values())
     s["success"] = v["success"]
     return s

@@ -177,3 +177,18 @@ def test_bench_routing_scores_the_menu_and_reads_work_checkpoints(tmp_path, shar
     borrowed = bench_routing.menu_distribution(*bench_routing.load(tmp_path / "work", sft), msgs, menu)
     assert len(full) == 3 and abs(sum(full) - 1) < 1e-9 and min(full) > 0
     assert full == borrowed
+
+
+def test_bench_device_runs_every_row_on_cpu(tmp_path, shared_data):
+    """bench_device is the GPU check (one run on a lent machine): its rows must still run here, on the CPU, at a
+    reshaped smallest size, so that an API change fails in CI and not in a GPU lease."""
+    model = tmp_path / "tiny"
+    _run("bench_device.py", "--build-only", str(model), "--data-dir", str(shared_data), tmp_path=tmp_path)
+    res = tmp_path / "device.json"
+    stdout = _run("bench_device.py", "--model", str(model), "--devices", "cpu", "--shape", "64x1x128", "--batch", "2",
+                  "--steps", "1", "--sft-steps", "1", "--sft-batch", "4", "--threads", "1", "--json", str(res),
+                  tmp_path=tmp_path)
+    rows = json.loads(res.read_text())["rows"]
+    assert set(rows) == {"generate", "rl_update", "sft"} and "64 x 1" in json.loads(res.read_text())["model"]
+    assert all(rows[r]["cpu"]["ok"] for r in rows), stdout
+    assert rows["generate"]["cpu"]["check"] == "choices ok" and "weights changed" in rows["rl_update"]["cpu"]["check"]

@@ -140,8 +140,8 @@ def executor_folder(run: Path, model: str) -> Path:
 
 
 def relabel(cfg, checkpoint: Path, out: Path, seed: int) -> dict:
-    """``relabel_sft`` at talentrl's budget: its rollouts (steps × tasks × group) measure the talents, as many SFT steps
-    as it makes updates train the router."""
+    """``relabel_sft`` at talentrl's budget: its rollouts (steps × tasks × group) measure the talents (kept in
+    ``<run>/relabel_measured.json``), as many SFT steps as it makes updates, at its learning rate, train the router."""
     from talentrl_core.knowledge import open_knowledge
     from talentrl_core.relabel import relabel_sft
     from talentrl_core.stages import family_for, pinned_library, require_library
@@ -150,7 +150,8 @@ def relabel(cfg, checkpoint: Path, out: Path, seed: int) -> dict:
     knowledge = require_library(open_knowledge(pinned_library(cfg, checkpoint)), cfg)
     n_talents = len(knowledge.menu(cfg.env.name))
     return relabel_sft(cfg, family_for(cfg), knowledge, str(checkpoint), out, n_tasks=rl.steps * rl.tasks_per_step,
-                       rollouts=max(1, rl.group_size // n_talents), steps=rl.steps * rl.mini_batches, seed=seed)
+                       rollouts=max(1, rl.group_size // n_talents), steps=rl.steps * rl.mini_batches, seed=seed,
+                       lr=rl.lr, keep=out.parent.parent / "relabel_measured.json")
 
 
 def _rows(folder: Path, keep: Sequence[str], rename: dict[str, str]) -> list[dict]:

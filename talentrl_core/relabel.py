@@ -106,19 +106,39 @@ def _count(xs) -> dict[str, int]:
     return dict(sorted(out.items()))
 
 
-def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, out_dir: Path, n_tasks: int,
-                rollouts: int, steps: int, seed: int = 0) -> dict:
-    """Measure the student's talents on ``n_tasks`` tasks (``rollouts`` each), then ``steps`` SFT steps of the router
-    on the winners from ``checkpoint`` (the SFT's learning rate, no warm-up) into ``out_dir``."""
+def measured_data(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, n_tasks: int, rollouts: int,
+                  seed: int, keep: Optional[Path] = None):
+    """The winners' routing samples (``routing_data`` of ``measure``); with ``keep``, read from that file when it is
+    there and written to it (atomically) when measured, so that the measurement, the costly part, is made once."""
+    from .io import read_json, write_json
     from .prompts import routing_cue
-    from .sft import train_sft
+    from .sft_data import SFTData
 
+    if keep is not None and keep.is_file():
+        d = read_json(keep)
+        return SFTData(d["samples"], d["report"])
     trajs = measure(cfg, family, knowledge, checkpoint, n_tasks, rollouts, seed)
     data = routing_data(trajs, knowledge, cfg.env.routing_obs_chars,
                         routing_cue(cfg.env.routing_cue, cfg.env.routing_cue_values))
+    if keep is not None:
+        write_json(keep, {"samples": data.samples, "report": data.report})
+    return data
+
+
+def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, out_dir: Path, n_tasks: int,
+                rollouts: int, steps: int, seed: int = 0, lr: Optional[float] = None,
+                keep: Optional[Path] = None) -> dict:
+    """Measure the student's talents on ``n_tasks`` tasks (``rollouts`` each; ``keep``: ``measured_data``), then
+    ``steps`` SFT steps of the router on the winners from ``checkpoint`` into ``out_dir``, no warm-up, at ``lr``
+    (default the SFT's; the routing study passes RL's, the same optimiser budget as the RL it is compared with: at
+    the SFT's 30× larger rate, 75 steps on routing samples alone wrecked the executor, 0.155 success)."""
+    from .sft import train_sft
+
+    data = measured_data(cfg, family, knowledge, checkpoint, n_tasks, rollouts, seed, keep)
     sft_cfg = replace(cfg.sft, max_steps=steps, warmup_steps=0, routing_weight=1, routing_warmup_steps=0,
-                      routing_warmup_until=0.0, demonstrator_habit={}, seed=seed, min_skill_share=0.0)
+                      routing_warmup_until=0.0, demonstrator_habit={}, seed=seed, min_skill_share=0.0,
+                      lr=cfg.sft.lr if lr is None else lr)
     info = train_sft(data, checkpoint, out_dir, sft_cfg, cfg.model,
-                     meta={"relabel": data.report, "init": str(checkpoint),
+                     meta={"relabel": data.report, "init": str(checkpoint), "lr": sft_cfg.lr,
                            "library_version": getattr(knowledge, "version", None), "env": family.name})
     return {"checkpoint": str(out_dir), "relabel": data.report, **info}

@@ -107,3 +107,16 @@ def test_the_executor_after_training_is_held_to_its_success_per_talent_before():
     assert v["executor_after"]["routing_only"][1]["after"] == {"E": 0.1, "N": 1.0}
     assert not v["summary"]["routing_only_executor_not_damaged"]
     assert "oracle_talent_after_routing_only" not in v["success"]
+
+
+def test_relabel_measures_once_and_reads_the_kept_measurement(tmp_path):
+    """relabel_sft's measurement (its rollouts: the costly part) is kept beside the run and read back, not re-measured."""
+    from talentrl_core.io import write_json
+    from talentrl_core.relabel import measured_data
+
+    keep = tmp_path / "relabel_measured.json"
+    sample = {"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "<talent>T1</talent>"}],
+              "kind": "route", "task_id": "t0", "talent_id": "T-1", "skill_ids": [], "weight": 1}
+    write_json(keep, {"samples": [sample], "report": {"labelled": 1}})
+    data = measured_data(None, None, None, "no-checkpoint", n_tasks=10, rollouts=2, seed=0, keep=keep)  # no env: read
+    assert data.samples == [sample] and data.report == {"labelled": 1}

@@ -51,8 +51,11 @@ VARIANTS: dict[str, Callable[[argparse.Namespace], list[str]]] = {
     "sampled_talent_rl": lambda a: ["rl.arms=sample", "rl.n_arms=8", "rl.group_size=8", "rl.exec_group=task"],
     "shuffled_contrast_rl": lambda a: ["rl.shuffle_route_credit=true"],
     "relabel_sft": lambda a: [],
+    "relabel_replay_sft": lambda a: [],
 }
-"Each RL-seed variant's overrides on top of the study's (relabel_sft is not an RL run)."
+"Each RL-seed variant's overrides on top of the study's (the relabel ones are not RL runs)."
+RELABEL = ("relabel_sft", "relabel_replay_sft")
+"The non-RL competitors: the SFT student's measured winners, fine-tuned on alone or beside the replayed SFT data."
 
 
 def variant_overrides(v: str, args: argparse.Namespace) -> list[str]:
@@ -109,14 +112,16 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
     for s in seeds:
         for v in variants:
             f = runs[f"s{s}-{v}"] = link(d, d / run_name(s, v, args),
-                                         SHARED + ("models/base",) + (() if v == "relabel_sft" else ("models/sft",)))
-            model = "sft" if v == "relabel_sft" else "rl"
+                                         SHARED + ("models/base",) + (() if v in RELABEL else ("models/sft",)))
+            model = "sft" if v in RELABEL else "rl"
             if not _evaluated(f):
                 c = cfg(f, f"rl.seed={s}", *variant_overrides(v, args))
                 if not _trained(f, model):
-                    relabel(c, d / "models" / "sft", f / "models" / "sft", s) if v == "relabel_sft" else stages.rl(c)
+                    keep = d / "relabel" / f"{run_name(s, 'relabel_sft', args)}.json"  # the seed's measurement
+                    relabel(c, d / "models" / "sft", f / "models" / "sft", s, keep, v == "relabel_replay_sft") \
+                        if v in RELABEL else stages.rl(c)
                 stages.evaluate(cfg(f, f"rl.seed={s}", *variant_overrides(v, args),
-                                    f"eval.systems=[{'talent_sft' if v == 'relabel_sft' else 'talentrl'}]"))
+                                    f"eval.systems=[{'talent_sft' if v in RELABEL else 'talentrl'}]"))
             e = executor_folder(f, model)  # the executor after training, given the oracle talent
             if getattr(args, "executor", True) and not _evaluated(e):
                 stages.evaluate(cfg(e, "eval.systems=[oracle_talent]"))
@@ -139,19 +144,22 @@ def executor_folder(run: Path, model: str) -> Path:
     return e
 
 
-def relabel(cfg, checkpoint: Path, out: Path, seed: int) -> dict:
+def relabel(cfg, checkpoint: Path, out: Path, seed: int, keep: Path, replay: bool = False) -> dict:
     """``relabel_sft`` at talentrl's budget: its rollouts (steps × tasks × group) measure the talents (kept in
-    ``<run>/relabel_measured.json``), as many SFT steps as it makes updates, at its learning rate, train the router."""
+    ``keep``, shared by the seed's relabel variants), as many SFT steps as it makes updates train the router: at its
+    learning rate on the winners alone, or (``replay``: relabel_replay_sft) at the SFT's rate beside the draw's SFT
+    execution samples."""
     from talentrl_core.knowledge import open_knowledge
     from talentrl_core.relabel import relabel_sft
-    from talentrl_core.stages import family_for, pinned_library, require_library
+    from talentrl_core.stages import family_for, pinned_library, require_library, sft_data
 
     rl = cfg.rl
     knowledge = require_library(open_knowledge(pinned_library(cfg, checkpoint)), cfg)
     n_talents = len(knowledge.menu(cfg.env.name))
     return relabel_sft(cfg, family_for(cfg), knowledge, str(checkpoint), out, n_tasks=rl.steps * rl.tasks_per_step,
                        rollouts=max(1, rl.group_size // n_talents), steps=rl.steps * rl.mini_batches, seed=seed,
-                       lr=rl.lr, keep=out.parent.parent / "relabel_measured.json")
+                       lr=None if replay else rl.lr, keep=keep,
+                       replay=sft_data(cfg, knowledge) if replay else None)
 
 
 def _rows(folder: Path, keep: Sequence[str], rename: dict[str, str]) -> list[dict]:
@@ -173,7 +181,7 @@ def gather(runs: dict[str, Path], seeds: Sequence[int], variants: Sequence[str],
     for s in seeds:
         rows = list(base)
         for v in variants:
-            own = "talent_sft" if v == "relabel_sft" else "talentrl"
+            own = "talent_sft" if v in RELABEL else "talentrl"
             rows += _rows(runs[f"s{s}-{v}"], [own], {own: v})
             rows += _rows(runs[f"s{s}-{v}"] / "executor", ["oracle_talent"], {"oracle_talent": AFTER + v})
         per_seed[s] = rows

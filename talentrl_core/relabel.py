@@ -127,17 +127,23 @@ def measured_data(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint:
 
 def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, out_dir: Path, n_tasks: int,
                 rollouts: int, steps: int, seed: int = 0, lr: Optional[float] = None,
-                keep: Optional[Path] = None) -> dict:
+                keep: Optional[Path] = None, replay=None) -> dict:
     """Measure the student's talents on ``n_tasks`` tasks (``rollouts`` each; ``keep``: ``measured_data``), then
     ``steps`` SFT steps of the router on the winners from ``checkpoint`` into ``out_dir``, no warm-up, at ``lr``
     (default the SFT's; the routing study passes RL's, the same optimiser budget as the RL it is compared with: at
-    the SFT's 30× larger rate, 75 steps on routing samples alone wrecked the executor, 0.155 success)."""
+    the SFT's 30× larger rate, 75 steps on routing samples alone wrecked the executor, 0.155 success). ``replay``
+    (an ``SFTData``, the draw's SFT samples): its execution samples are trained beside the relabelled routing ones,
+    at the SFT's routing weight, so that the executor is rehearsed while the router learns (against forgetting)."""
     from .sft import train_sft
+    from .sft_data import SFTData
 
     data = measured_data(cfg, family, knowledge, checkpoint, n_tasks, rollouts, seed, keep)
-    sft_cfg = replace(cfg.sft, max_steps=steps, warmup_steps=0, routing_weight=1, routing_warmup_steps=0,
+    if replay is not None:
+        execs = [smp for smp in replay.samples if smp["kind"] != "route"]
+        data = SFTData(data.samples + execs, {**data.report, "replayed_exec_samples": len(execs)})
+    sft_cfg = replace(cfg.sft, max_steps=steps, warmup_steps=0, routing_warmup_steps=0,
                       routing_warmup_until=0.0, demonstrator_habit={}, seed=seed, min_skill_share=0.0,
-                      lr=cfg.sft.lr if lr is None else lr)
+                      lr=cfg.sft.lr if lr is None else lr, routing_weight=cfg.sft.routing_weight if replay else 1)
     info = train_sft(data, checkpoint, out_dir, sft_cfg, cfg.model,
                      meta={"relabel": data.report, "init": str(checkpoint), "lr": sft_cfg.lr,
                            "library_version": getattr(knowledge, "version", None), "env": family.name})

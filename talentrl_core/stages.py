@@ -288,17 +288,14 @@ def sft(cfg: TalentRLConfig) -> dict:
     """Talent-aware SFT of the base model on successful training trajectories (TRL SFTTrainer)."""
     from .knowledge import open_knowledge
     from .models import ensure_base_model
-    from .prompts import routing_cue
-    from .sft import build_sft_data, train_sft
+    from .sft import train_sft
 
     paths = ArtifactPaths.of(cfg)
     trajs = [t for t in train_trajectories(cfg) if t.policy == "expert"] or train_trajectories(cfg)
     knowledge = require_library(open_knowledge(cfg.library), cfg)
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
-    data = build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars,
-                          routing_obs_chars=cfg.env.routing_obs_chars, memory=cfg.env.memory,
-                          cue=routing_cue(cfg.env.routing_cue, cfg.env.routing_cue_values))
+    data = sft_data(cfg, knowledge, trajs)
     with _tracker(cfg, "sft") as tracker:
         info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model,
                          meta={"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name},
@@ -308,6 +305,16 @@ def sft(cfg: TalentRLConfig) -> dict:
         log_model(tracker, cfg, "sft", paths.sft_checkpoint, {"library_version": knowledge.version, **info})
         info.update(tracker.metadata())
     return {"checkpoint": str(paths.sft_checkpoint), **info}
+
+
+def sft_data(cfg: TalentRLConfig, knowledge, trajs: Optional[list[Trajectory]] = None):
+    """The SFT stage's samples of ``trajs`` (default: the training trajectories, the expert's where there are any)."""
+    from .prompts import routing_cue
+    from .sft import build_sft_data
+
+    trajs = trajs or [t for t in train_trajectories(cfg) if t.policy == "expert"] or train_trajectories(cfg)
+    return build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars, memory=cfg.env.memory,
+                          routing_obs_chars=cfg.env.routing_obs_chars, cue=routing_cue(cfg.env.routing_cue, cfg.env.routing_cue_values))
 
 
 def require_library(knowledge, cfg: TalentRLConfig):

@@ -131,7 +131,7 @@ def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: s
     """Measure the student's talents on ``n_tasks`` tasks (``rollouts`` each; ``keep``: ``measured_data``), then
     ``steps`` SFT steps of the router on the winners from ``checkpoint`` into ``out_dir``, no warm-up, at ``lr``
     (default the SFT's; the routing study passes RL's, the same optimiser budget as the RL it is compared with: at
-    the SFT's 30× larger rate, 75 steps on routing samples alone wrecked the executor, 0.155 success). ``replay``
+    the SFT's 20× larger rate, 75 steps on routing samples alone wrecked the executor, 0.155 success). ``replay``
     (an ``SFTData``, the draw's SFT samples): its execution samples are trained beside the relabelled routing ones,
     at the SFT's routing weight, so that the executor is rehearsed while the router learns (against forgetting)."""
     from .sft import train_sft

@@ -139,14 +139,9 @@ def placed(model, dev: str) -> str:
 
 
 def digest(model) -> str:
-    """sha256 of the weights (as ``RLTrainer.weights_digest``)."""
-    import torch
+    from talentrl_core.models import weights_digest
 
-    h = hashlib.sha256()
-    for name, p in sorted(model.state_dict().items()):
-        h.update(name.encode())
-        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-    return h.hexdigest()[:12]
+    return weights_digest(model)[:12]
 
 
 def fresh_accelerate() -> None:
@@ -254,7 +249,7 @@ def row_rl_update(args, dev: str, model_dir: str) -> dict:
             "check": f"weights changed ({before} -> {after})" if changed else f"FAIL: weights unchanged ({before})"}
 
 
-def sft_data(n: int):
+def synthetic_sft_data(n: int):
     from talentrl_core.sft_data import SFTData
 
     menu, skills = knowledge()
@@ -283,7 +278,7 @@ def row_sft(args, dev: str, model_dir: str, work: Path) -> dict:
     micro = 4 if args.sft_batch % 4 == 0 else args.sft_batch
     cfg = SFTConfig(max_steps=args.sft_steps, batch_size=args.sft_batch, micro_batch_size=micro, lr=1e-3,
                     warmup_steps=0, save_steps=1_000_000, keep_checkpoints=0, resume=False)
-    info = train_sft(sft_data(max(2 * args.sft_batch, 32)), model_dir, work / f"sft-{dev}", cfg, model_cfg(args, dev),
+    info = train_sft(synthetic_sft_data(max(2 * args.sft_batch, 32)), model_dir, work / f"sft-{dev}", cfg, model_cfg(args, dev),
                      keep_previous=0)
     loss = float(info["last_logged_loss"] if info["last_logged_loss"] is not None else "nan")
     return {"unit": "steps/s", "value": info["steps"] / info["seconds"], "seconds": round(info["seconds"], 3),

@@ -116,10 +116,11 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
             model = "sft" if v in RELABEL else "rl"
             if not _evaluated(f):
                 c = cfg(f, f"rl.seed={s}", *variant_overrides(v, args))
-                if not _trained(f, model):
+                if not _trained(f, model) and v in RELABEL:
                     keep = d / "relabel" / f"{run_name(s, 'relabel_sft', args)}.json"  # the seed's measurement
-                    relabel(c, d / "models" / "sft", f / "models" / "sft", s, keep, v == "relabel_replay_sft") \
-                        if v in RELABEL else stages.rl(c)
+                    relabel(c, d / "models" / "sft", f / "models" / "sft", s, keep, v == "relabel_replay_sft")
+                elif not _trained(f, model):
+                    stages.rl(c)
                 stages.evaluate(cfg(f, f"rl.seed={s}", *variant_overrides(v, args),
                                     f"eval.systems=[{'talent_sft' if v in RELABEL else 'talentrl'}]"))
             e = executor_folder(f, model)  # the executor after training, given the oracle talent

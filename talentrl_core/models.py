@@ -145,6 +145,17 @@ def tiny_spec(cfg: ModelConfig) -> dict:
             "max_position_embeddings": cfg.max_position_embeddings}
 
 
+def weights_digest(model) -> str:
+    """sha256 of a model's weights (names and float32 values, in name order): equal only for equal weights."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name, p in sorted(model.state_dict().items()):
+        h.update(name.encode())
+        h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

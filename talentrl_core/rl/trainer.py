@@ -52,7 +52,6 @@ process on a single machine unless given an MPI hostfile)::
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import random
 import time
 from dataclasses import dataclass
@@ -67,6 +66,7 @@ from ..checkpoints import model_digest, model_job
 from ..config import ArmChoice, Backend, TalentRLConfig
 from ..envs.base import Task
 from ..io import write_json
+from ..models import weights_digest
 from ..precision import autocast
 from ..rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
 from ..threads import follow_free_cpus
@@ -349,11 +349,7 @@ class RLTrainer:
         return self.start_step
 
     def weights_digest(self) -> str:
-        h = hashlib.sha256()
-        for name, p in sorted(self.unwrapped().state_dict().items()):
-            h.update(name.encode())
-            h.update(p.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
-        return h.hexdigest()
+        return weights_digest(self.unwrapped())
 
     def save_final(self, meta: dict) -> None:
         model = self.unwrapped()

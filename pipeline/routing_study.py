@@ -52,10 +52,12 @@ VARIANTS: dict[str, Callable[[argparse.Namespace], list[str]]] = {
     "shuffled_contrast_rl": lambda a: ["rl.shuffle_route_credit=true"],
     "relabel_sft": lambda a: [],
     "relabel_replay_sft": lambda a: [],
+    "relabel_replay_sft_rl_batch": lambda a: [],
 }
 "Each RL-seed variant's overrides on top of the study's (the relabel ones are not RL runs)."
-RELABEL = ("relabel_sft", "relabel_replay_sft")
-"The non-RL competitors: the SFT student's measured winners, fine-tuned on alone or beside the replayed SFT data."
+RELABEL = ("relabel_sft", "relabel_replay_sft", "relabel_replay_sft_rl_batch")
+("The non-RL competitors: the SFT student's measured winners, fine-tuned on alone or beside the replayed SFT data; "
+ "``_rl_batch``: each step a batch as large as RL's (tasks × group), as many samples as RL trained on.")
 
 
 def variant_overrides(v: str, args: argparse.Namespace) -> list[str]:
@@ -118,7 +120,8 @@ def run_draw(root: Path, draw: int, seeds: Sequence[int], variants: Sequence[str
                 c = cfg(f, f"rl.seed={s}", *variant_overrides(v, args))
                 if not _trained(f, model) and v in RELABEL:
                     keep = d / "relabel" / f"{run_name(s, 'relabel_sft', args)}.json"  # the seed's measurement
-                    relabel(c, d / "models" / "sft", f / "models" / "sft", s, keep, v == "relabel_replay_sft")
+                    relabel(c, d / "models" / "sft", f / "models" / "sft", s, keep, replay=v != "relabel_sft",
+                            rl_batch=v == "relabel_replay_sft_rl_batch")
                 elif not _trained(f, model):
                     stages.rl(c)
                 stages.evaluate(cfg(f, f"rl.seed={s}", *variant_overrides(v, args),
@@ -145,11 +148,13 @@ def executor_folder(run: Path, model: str) -> Path:
     return e
 
 
-def relabel(cfg, checkpoint: Path, out: Path, seed: int, keep: Path, replay: bool = False) -> dict:
+def relabel(cfg, checkpoint: Path, out: Path, seed: int, keep: Path, replay: bool = False,
+            rl_batch: bool = False) -> dict:
     """``relabel_sft`` at talentrl's budget: its rollouts (steps × tasks × group) measure the talents (kept in
     ``keep``, shared by the seed's relabel variants), as many SFT steps as it makes updates train the router: at its
     learning rate on the winners alone, or (``replay``: relabel_replay_sft) at the SFT's rate beside the draw's SFT
-    execution samples."""
+    execution samples; ``rl_batch``: each step draws as many samples as an RL update trains on (tasks × group), so
+    that it sees as many samples as RL, not only as many steps."""
     from talentrl_core.knowledge import open_knowledge
     from talentrl_core.relabel import relabel_sft
     from talentrl_core.stages import family_for, pinned_library, require_library, sft_data
@@ -160,7 +165,8 @@ def relabel(cfg, checkpoint: Path, out: Path, seed: int, keep: Path, replay: boo
     return relabel_sft(cfg, family_for(cfg), knowledge, str(checkpoint), out, n_tasks=rl.steps * rl.tasks_per_step,
                        rollouts=max(1, rl.group_size // n_talents), steps=rl.steps * rl.mini_batches, seed=seed,
                        lr=None if replay else rl.lr, keep=keep,
-                       replay=sft_data(cfg, knowledge) if replay else None)
+                       replay=sft_data(cfg, knowledge) if replay else None,
+                       batch_size=rl.tasks_per_step * rl.group_size if rl_batch else None)
 
 
 def _rows(folder: Path, keep: Sequence[str], rename: dict[str, str]) -> list[dict]:

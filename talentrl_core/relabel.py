@@ -127,13 +127,14 @@ def measured_data(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint:
 
 def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: str, out_dir: Path, n_tasks: int,
                 rollouts: int, steps: int, seed: int = 0, lr: Optional[float] = None,
-                keep: Optional[Path] = None, replay=None) -> dict:
+                keep: Optional[Path] = None, replay=None, batch_size: Optional[int] = None) -> dict:
     """Measure the student's talents on ``n_tasks`` tasks (``rollouts`` each; ``keep``: ``measured_data``), then
     ``steps`` SFT steps of the router on the winners from ``checkpoint`` into ``out_dir``, no warm-up, at ``lr``
     (default the SFT's; the routing study passes RL's, the same optimiser budget as the RL it is compared with: at
     the SFT's 20× larger rate, 75 steps on routing samples alone wrecked the executor, 0.155 success). ``replay``
     (an ``SFTData``, the draw's SFT samples): its execution samples are trained beside the relabelled routing ones,
-    at the SFT's routing weight, so that the executor is rehearsed while the router learns (against forgetting)."""
+    at the SFT's routing weight, so that the executor is rehearsed while the router learns (against forgetting).
+    ``batch_size``: samples per step (default the SFT's)."""
     from .sft import train_sft
     from .sft_data import SFTData
 
@@ -143,7 +144,8 @@ def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: s
         data = SFTData(data.samples + execs, {**data.report, "replayed_exec_samples": len(execs)})
     sft_cfg = replace(cfg.sft, max_steps=steps, warmup_steps=0, routing_warmup_steps=0,
                       routing_warmup_until=0.0, demonstrator_habit={}, seed=seed, min_skill_share=0.0,
-                      lr=cfg.sft.lr if lr is None else lr, routing_weight=cfg.sft.routing_weight if replay else 1)
+                      lr=cfg.sft.lr if lr is None else lr, routing_weight=cfg.sft.routing_weight if replay else 1,
+                      batch_size=batch_size or cfg.sft.batch_size)
     info = train_sft(data, checkpoint, out_dir, sft_cfg, cfg.model,
                      meta={"relabel": data.report, "init": str(checkpoint), "lr": sft_cfg.lr,
                            "library_version": getattr(knowledge, "version", None), "env": family.name})

@@ -120,3 +120,22 @@ def test_relabel_measures_once_and_reads_the_kept_measurement(tmp_path):
     write_json(keep, {"samples": [sample], "report": {"labelled": 1}})
     data = measured_data(None, None, None, "no-checkpoint", n_tasks=10, rollouts=2, seed=0, keep=keep)  # no env: read
     assert data.samples == [sample] and data.report == {"labelled": 1}
+
+
+def test_relabel_with_rl_batch_draws_as_many_samples_a_step_as_an_rl_update(tmp_path, monkeypatch):
+    """relabel_replay_sft_rl_batch trains each step on tasks × group samples (RL's batch), the others on the SFT's."""
+    from talentrl_core import sft
+    from talentrl_core.config import TalentRLConfig
+    from talentrl_core.io import write_json
+    from talentrl_core.relabel import relabel_sft
+
+    keep = tmp_path / "measured.json"
+    write_json(keep, {"samples": [], "report": {"labelled": 0}})
+    seen = []
+    monkeypatch.setattr(sft, "train_sft", lambda data, init, out, cfg, model, meta: seen.append(cfg) or {})
+    cfg = TalentRLConfig()
+    family = type("F", (), {"name": "textworld"})
+    for batch in (None, 128):
+        relabel_sft(cfg, family, None, "init", tmp_path / "out", n_tasks=4, rollouts=2, steps=3, keep=keep,
+                    batch_size=batch)
+    assert [c.batch_size for c in seen] == [cfg.sft.batch_size, 128] and {c.max_steps for c in seen} == {3}

@@ -26,7 +26,7 @@ EXECUTOR_TOLERANCE = 0.05
 "How far oracle_talent's success per talent may move through a variant's training: the executor not damaged."
 AFTER = "oracle_talent_after_"
 "System name prefix of the oracle_talent episodes of a variant's trained checkpoint (the executor after training)."
-MECHANISM = ("sampled_talent_rl", "shuffled_contrast_rl", "relabel_sft", "relabel_replay_sft")
+MECHANISM = ("sampled_talent_rl", "shuffled_contrast_rl", "relabel_sft", "relabel_replay_sft", "relabel_replay_sft_rl_batch")
 "The baselines that test where a gain comes from, each run at the primary variant's budget."
 
 

@@ -13,8 +13,10 @@ training skipped when its model is there and an evaluation when its episodes are
   ``sampled_talent_rl`` (``rl.arms=sample``: each rollout draws its own talent, the ordinary group advantage),
   ``shuffled_contrast_rl`` (``rl.shuffle_route_credit=true``) and ``relabel_sft`` (``talentrl_core.relabel``: the
   student's talents measured with talentrl's rollout budget, the router fine-tuned on the winners for as many steps
-  as talentrl makes updates); with ``--budget a1`` every variant runs the routing-only phase at A1's budget (in
-  ``s<S>-<variant>-a1``), so that each baseline differs from ``routing_only`` in its one mechanism;
+  as talentrl makes updates; ``relabel_replay_sft``: beside the draw's SFT execution samples, at the SFT's rate;
+  ``relabel_replay_sft_rl_batch``: the same with RL's batch, as many samples as RL trains on); with ``--budget a1``
+  every variant runs the routing-only phase at A1's budget (in ``s<S>-<variant>-a1``), so that each baseline
+  differs from ``routing_only`` in its one mechanism;
 * ``<root>/d<D>/oracle_sft``: SFT on the measured-best labels (``sft.routing_labels=measured_best``), evaluated as
   ``oracle_sft`` (last: the longest run and the least needed; ``--no-oracle-sft`` leaves it out).
 

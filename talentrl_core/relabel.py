@@ -134,7 +134,8 @@ def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: s
     the SFT's 20× larger rate, 75 steps on routing samples alone wrecked the executor, 0.155 success). ``replay``
     (an ``SFTData``, the draw's SFT samples): its execution samples are trained beside the relabelled routing ones,
     at the SFT's routing weight, so that the executor is rehearsed while the router learns (against forgetting).
-    ``batch_size``: samples per step (default the SFT's)."""
+    ``batch_size``: samples per step (default the SFT's). A checkpoint every quarter of the steps, so that a run
+    stopped part-way resumes (75 steps of RL's batch take most of an hour on 2 cores)."""
     from .sft import train_sft
     from .sft_data import SFTData
 
@@ -145,7 +146,8 @@ def relabel_sft(cfg: TalentRLConfig, family, knowledge: Knowledge, checkpoint: s
     sft_cfg = replace(cfg.sft, max_steps=steps, warmup_steps=0, routing_warmup_steps=0,
                       routing_warmup_until=0.0, demonstrator_habit={}, seed=seed, min_skill_share=0.0,
                       lr=cfg.sft.lr if lr is None else lr, routing_weight=cfg.sft.routing_weight if replay else 1,
-                      batch_size=batch_size or cfg.sft.batch_size)
+                      batch_size=batch_size or cfg.sft.batch_size,
+                      save_steps=min(cfg.sft.save_steps, max(1, steps // 4)))  # an interrupted run resumes, as RL's
     info = train_sft(data, checkpoint, out_dir, sft_cfg, cfg.model,
                      meta={"relabel": data.report, "init": str(checkpoint), "lr": sft_cfg.lr,
                            "library_version": getattr(knowledge, "version", None), "env": family.name})

@@ -139,3 +139,4 @@ def test_relabel_with_rl_batch_draws_as_many_samples_a_step_as_an_rl_update(tmp_
         relabel_sft(cfg, family, None, "init", tmp_path / "out", n_tasks=4, rollouts=2, steps=3, keep=keep,
                     batch_size=batch)
     assert [c.batch_size for c in seen] == [cfg.sft.batch_size, 128] and {c.max_steps for c in seen} == {3}
+    assert {c.save_steps for c in seen} == {1}  # a quarter of 3 steps, at least 1: a stopped run resumes

@@ -223,8 +223,8 @@ def log_collection(tracker, cfg: TalentRLConfig, meta: dict) -> None:
                                    **{k: meta[k] for k in COLLECT_SCALARS}})
 
 
-def train_trajectories(cfg: TalentRLConfig) -> list[Trajectory]:
-    """The training-split trajectories of ``cfg.env`` (expert and policy collections alike)."""
+def train_trajectories(cfg: TalentRLConfig, expert_first: bool = False) -> list[Trajectory]:
+    """The training-split trajectories of ``cfg.env``; ``expert_first``: the expert's alone where there are any."""
     from .trajectories import read_trajectories
 
     trajs = [t for t in read_trajectories(ArtifactPaths.of(cfg).trajectories, env=cfg.env.name) if t.split == "train"]
@@ -232,7 +232,7 @@ def train_trajectories(cfg: TalentRLConfig) -> list[Trajectory]:
         raise FileNotFoundError(
             f"no training trajectories for env={cfg.env.name} under {ArtifactPaths.of(cfg).trajectories}: run the collect stage first"
         )
-    return trajs
+    return ([t for t in trajs if t.policy == "expert"] or trajs) if expert_first else trajs
 
 
 def distill(cfg: TalentRLConfig) -> dict:
@@ -291,7 +291,7 @@ def sft(cfg: TalentRLConfig) -> dict:
     from .sft import train_sft
 
     paths = ArtifactPaths.of(cfg)
-    trajs = [t for t in train_trajectories(cfg) if t.policy == "expert"] or train_trajectories(cfg)
+    trajs = train_trajectories(cfg, expert_first=True)
     knowledge = require_library(open_knowledge(cfg.library), cfg)
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
@@ -312,7 +312,7 @@ def sft_data(cfg: TalentRLConfig, knowledge, trajs: Optional[list[Trajectory]] =
     from .prompts import routing_cue
     from .sft import build_sft_data
 
-    trajs = trajs or [t for t in train_trajectories(cfg) if t.policy == "expert"] or train_trajectories(cfg)
+    trajs = trajs or train_trajectories(cfg, expert_first=True)
     return build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars, memory=cfg.env.memory,
                           routing_obs_chars=cfg.env.routing_obs_chars, cue=routing_cue(cfg.env.routing_cue, cfg.env.routing_cue_values))
 

@@ -81,6 +81,17 @@ def test_unpack_once_and_split_counts(family, session_cache, shared_data):
     assert index.stat().st_mtime_ns == mtime
 
 
+def test_the_learning_curves_panel_is_held_out_from_train(family):
+    """``alfworld_valid_train`` sizes the SFT (docs/alfworld.md): trials of the training tasks, none a train game."""
+    from talentrl_core.envs.registry import panel_family
+
+    assert panel_family("alfworld_valid_train") == ("alfworld", "valid_train")
+    trial = lambda t: t.key.split("/", 1)[1]  # noqa: E731 - the game's path under its split folder
+    held_out, train = family.tasks("valid_train"), family.tasks("train")
+    assert not {trial(t) for t in held_out} & {trial(t) for t in train}
+    assert {t.key.split("/")[1] for t in held_out} <= {t.key.split("/")[1] for t in train}  # the same task specs
+
+
 def test_bad_archives_raise_clear_errors(tmp_path):
     with pytest.raises(AlfworldDataError, match="not found"):
         ensure_unpacked(tmp_path / "missing.tar.xz", tmp_path / "cache")

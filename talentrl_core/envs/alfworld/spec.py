@@ -24,7 +24,7 @@ SPEC = FamilySpec(
     description="ALFWorld household tasks in text; commands look like 'go to desk 1', 'open drawer 2', "
     "'take apple 1 from desk 1', 'move apple 1 to shelf 1', 'heat/cool/clean X with Y', 'use desklamp 1'.",
     panel_prefix="alfworld_",
-    panel_help=("alfworld_valid_seen", "alfworld_valid_unseen"),
+    panel_help=("alfworld_valid_seen", "alfworld_valid_unseen", "alfworld_valid_train"),
     recep_verbs=frozenset({"go", "open", "close"}),
     with_recep_verbs=frozenset({"heat", "cool", "clean"}),
     data_fields=("alfworld_archive",),

@@ -5,7 +5,8 @@ held-out panel, as talent_sft and flat_skillbank (``talentrl_core.evaluation.cur
 
 Writes ``episodes.jsonl`` (one row per step × system × task) and ``metrics.json`` (success with its Wilson 95%
 interval and score with its bootstrap 95% interval per step) into ``--out``. Use a held-out split, never the test
-panel: the curve sizes the run.
+panel: the curve sizes the run. Run it again into the same ``--out`` while SFT goes on: points whose checkpoint is
+unchanged are kept from the ``episodes.jsonl`` there, only new checkpoints are played.
 """
 
 from __future__ import annotations
@@ -38,7 +39,20 @@ def curve(cfg, args):
     lib = pinned_library(cfg, ArtifactPaths.of(cfg).sft_checkpoint)
     return learning_curve(cfg, args.panel, lambda flat: open_knowledge(lib, flat=flat),
                           lambda ckpt: load_policy(cfg, ckpt, temperature=0.0, name="curve")[0],
-                          systems=[s for s in args.systems.split(",") if s], progress=True)
+                          systems=[s for s in args.systems.split(",") if s], progress=True,
+                          done=earlier_rows(args.out / "episodes.jsonl"))
+
+
+def earlier_rows(path) -> list[dict]:
+    """The rows an earlier call wrote into ``--out`` (none when there is no file); a damaged file is named."""
+    import json
+
+    if not path.exists():
+        return []
+    try:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: an earlier curve's rows cannot be read ({e}); move it aside to start afresh") from e
 
 
 if __name__ == "__main__":

@@ -371,3 +371,41 @@ def test_learning_curve_reads_every_saved_sft_checkpoint_by_step(tmp_path):
         (work / f"checkpoint-{step}" / "config.json").write_text("{}")
     (work / "checkpoint-400").mkdir()  # being written: no config yet
     assert [s for s, _ in curve_checkpoints(paths)] == [20, 100, 300]
+
+
+def test_a_learning_curve_resumes_and_replays_only_changed_checkpoints(tmp_path, shared_data):
+    """A second call into the same rows keeps every point whose checkpoint is unchanged and plays the rest: a new
+    checkpoint, and one whose weights changed under the same step (a rerun SFT), never the stale rows."""
+    from talentrl_core.evaluation.curve import learning_curve
+    from talentrl_core.paths import ArtifactPaths
+    from talentrl_core.policies import RandomPolicy
+
+    from pipeline.config import load_config
+
+    cfg = load_config(["env=qa", f"artifacts_dir={tmp_path}", f"data_dir={shared_data}", "eval.n_per_panel=3"])
+    paths = ArtifactPaths.of(cfg)
+    work = paths.sft_checkpoint.with_name(paths.sft_checkpoint.name + ".work")
+
+    def save(step, weights):
+        (work / f"checkpoint-{step}").mkdir(parents=True, exist_ok=True)
+        (work / f"checkpoint-{step}" / "config.json").write_text("{}")
+        (work / f"checkpoint-{step}" / "model.safetensors").write_bytes(weights)
+
+    loaded = []
+
+    def run(done=()):
+        return learning_curve(cfg, "qa_nq", lambda flat: None, lambda ckpt: loaded.append(ckpt) or RandomPolicy(0),
+                              systems=("zero_shot",), done=done, log=lambda m: None)
+
+    save(10, b"a"), save(20, b"b")
+    rows, metrics = run()
+    assert len(loaded) == 2 and len(rows) == 6 and [p["step"] for p in metrics["curve"]["zero_shot"]] == [10, 20]
+    save(20, b"B"), save(30, b"c")  # step 20 retrained, step 30 new
+    loaded.clear()
+    again, metrics2 = run(done=rows)
+    assert sorted(Path(c).name for c in loaded) == ["checkpoint-20", "checkpoint-30"]
+    assert [r for r in again if r["step"] == 10] == [r for r in rows if r["step"] == 10]
+    assert metrics2["curve"]["zero_shot"][0] == metrics["curve"]["zero_shot"][0] and len(again) == 9
+    loaded.clear()
+    run(done=[r for r in again if r["task_id"] != again[0]["task_id"] or r["step"] != 10])  # a point cut short
+    assert [Path(c).name for c in loaded] == ["checkpoint-10"]

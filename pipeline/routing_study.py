@@ -23,7 +23,9 @@ training skipped when its model is there and an evaluation when its episodes are
 Then ``<out>/draw<D>/seed<S>/`` gets ``episodes.jsonl`` (the draw's systems and the seed's variants under their
 names; the executor after each variant's training, given the oracle talent in ``<run>/executor``, as
 ``oracle_talent_after_<variant>``) and ``metrics.json``, and ``<out>/draw<D>/verdicts.json`` the tests of
-``routing_verdicts``. ``--report-only`` rebuilds ``<out>`` from the runs' evaluations without running anything.
+``routing_verdicts``; ``<out>/criteria.json`` the primary criteria over every draw whose verdicts are in ``<out>``
+(``study_criteria``: met only on 3 draws or more). ``--report-only`` rebuilds ``<out>`` from the runs' evaluations
+without running anything.
 """
 
 from __future__ import annotations
@@ -201,7 +203,7 @@ def gather(runs: dict[str, Path], seeds: Sequence[int], variants: Sequence[str],
 
 @named_errors("pipeline.routing_study")
 def main(argv: Sequence[str] | None = None) -> int:
-    from talentrl_core.evaluation.routing_verdicts import routing_verdicts
+    from talentrl_core.evaluation.routing_verdicts import routing_verdicts, study_criteria
     from talentrl_core.io import write_json
 
     offline_defaults()
@@ -240,6 +242,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts["not_evaluated"] = sorted(name for name, folder in runs.items() if not _evaluated(folder))
     write_json(out / "verdicts.json", verdicts)
     print(json.dumps(verdicts["summary"], indent=1))
+    criteria = study_criteria({int(f.parent.name[len("draw"):]): json.loads(f.read_text())
+                               for f in sorted(args.out.glob("draw*/verdicts.json")) if f.parent.name[4:].isdigit()})
+    write_json(args.out / "criteria.json", criteria)
+    print(json.dumps(criteria, indent=1))
     return 0
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from talentrl_core.evaluation.routing_verdicts import routing_accuracy, routing_verdicts, task_sign_test
+from talentrl_core.evaluation.routing_verdicts import routing_accuracy, routing_verdicts, study_criteria, task_sign_test
 
 
 def rows(system, successes, chosen=None, oracle=None, panel="textworld"):
@@ -140,3 +140,19 @@ def test_relabel_with_rl_batch_draws_as_many_samples_a_step_as_an_rl_update(tmp_
                     batch_size=batch)
     assert [c.batch_size for c in seen] == [cfg.sft.batch_size, 128] and {c.max_steps for c in seen} == {3}
     assert {c.save_steps for c in seen} == {1}  # a quarter of 3 steps, at least 1: a stopped run resumes
+
+
+def test_the_study_needs_three_draws_each_meeting_the_primary_and_keeps_a_failing_draw():
+    learned = rows("routing_only", [1] * N, ORACLE, ORACLE)
+    half = rows("routing_only", [i % 4 != 1 for i in range(N)], [o if i % 4 != 1 else "E" for i, o in enumerate(ORACLE)], ORACLE)
+    good = routing_verdicts({s: draw_rows() + learned for s in (0, 1, 2)}, ["routing_only"])
+    assert not study_criteria({0: good, 1: good})["routing_only"]["met"]  # two draws are not enough
+    three = study_criteria({0: good, 1: good, 2: good})["routing_only"]
+    assert three["met"] and three["runs_routing_at_bar"] == "9 of 9" and three["draws_meeting_primary"] == [0, 1, 2]
+    weak = routing_verdicts({0: draw_rows() + learned, 1: draw_rows() + half, 2: draw_rows() + half}, ["routing_only"])
+    c = study_criteria({0: good, 1: good, 2: weak})["routing_only"]
+    assert c["runs_routing_at_bar"] == "7 of 9" and not c["met"]  # routing 0.75 on two runs: past the one allowed
+    no_executor = routing_verdicts({s: [r for r in draw_rows() if r["system"] != "oracle_talent"] + [
+        *rows("oracle_talent", [i % 4 == 0 for i in range(N)], ORACLE, ORACLE), *learned] for s in (0, 1, 2)}, ["routing_only"])
+    c = study_criteria({0: good, 1: good, 2: no_executor})["routing_only"]
+    assert c["draws_run"] == [0, 1, 2] and c["draws_meeting_primary"] == [0, 1] and not c["met"]

@@ -140,7 +140,7 @@ class Recorder:
 
 def test_models_and_report_are_logged_by_reference(tmp_path):
     from pipeline.config import load_config
-    from talentrl_core.stages import REPORT_UPLOAD_MAX_BYTES, log_model, log_report
+    from talentrl_core.stage_logs import REPORT_UPLOAD_MAX_BYTES, log_model, log_report
 
     cfg = load_config(["experiment=demo", f"artifacts_dir={tmp_path}"])
     rec = Recorder()

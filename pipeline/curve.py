@@ -44,16 +44,10 @@ def curve(cfg, args):
 
 
 def earlier_rows(path) -> list[dict]:
-    """The rows an earlier call wrote into ``--out`` (none when there is no file); a damaged file is named."""
-    import json
+    """The rows an earlier call wrote into ``--out`` (none when there is no file); a damaged line is named."""
+    from talentrl_core.io import iter_jsonl
 
-    if not path.exists():
-        return []
-    try:
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{path}: an earlier curve's rows cannot be read ({e}); move it aside to start afresh") from e
-
+    return [row for _, row in iter_jsonl(path)] if path.exists() else []
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -204,7 +204,7 @@ def gather(runs: dict[str, Path], seeds: Sequence[int], variants: Sequence[str],
 @named_errors("pipeline.routing_study")
 def main(argv: Sequence[str] | None = None) -> int:
     from talentrl_core.evaluation.routing_verdicts import routing_verdicts, study_criteria
-    from talentrl_core.io import write_json
+    from talentrl_core.io import read_json, write_json
 
     offline_defaults()
     p = argparse.ArgumentParser(prog="python -m pipeline.routing_study", description=__doc__.split("\n")[0])
@@ -242,8 +242,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     verdicts["not_evaluated"] = sorted(name for name, folder in runs.items() if not _evaluated(folder))
     write_json(out / "verdicts.json", verdicts)
     print(json.dumps(verdicts["summary"], indent=1))
-    criteria = study_criteria({int(f.parent.name[len("draw"):]): json.loads(f.read_text())
-                               for f in sorted(args.out.glob("draw*/verdicts.json")) if f.parent.name[4:].isdigit()})
+    drawn = {f.parent.name.removeprefix("draw"): f for f in args.out.glob("draw*/verdicts.json")}
+    criteria = study_criteria({int(d): read_json(f) for d, f in drawn.items() if d.isdigit()})
     write_json(args.out / "criteria.json", criteria)
     print(json.dumps(criteria, indent=1))
     return 0

@@ -13,12 +13,11 @@ only the checkpoints saved since (ALFWorld: tens of minutes a point on 2 cores).
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Callable, Sequence
-
 import hashlib
 import json
 import sys
+from pathlib import Path
+from typing import Callable, Sequence
 
 from ..checkpoints import model_digest, step_folders
 from ..paths import ArtifactPaths

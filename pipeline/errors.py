@@ -1,5 +1,6 @@
 """Every command line ends a failure in one named line: ``<prog>: error: <Type>: <message> (set TALENTRL_TRACEBACK=1
-for the traceback)`` on stderr and exit code 1; a config error stays ``config error: …`` with exit code 2.
+for the traceback)`` on stderr and exit code 1; a config error stays ``config error: …`` with exit code 2; a stage
+paused at its time budget (``talentrl_core.checkpoints.Paused``) says so in one line and exits 75.
 ``TALENTRL_TRACEBACK=1`` re-raises instead, so the full traceback shows. KeyboardInterrupt and SystemExit (argparse's
 usage errors, an explicit exit code) pass through untouched.
 
@@ -58,6 +59,9 @@ def describe(err: BaseException) -> str:
 def report(prog: str, err: BaseException) -> int:
     """Print ``err`` as one named line and return the exit code (2 for a config error, else 1); with
     ``TALENTRL_TRACEBACK=1`` re-raise it instead. Call it from inside an ``except`` block."""
+    if hasattr(err, "exit_code"):  # not a failure: a stage paused at its time budget (checkpoints.Paused)
+        print(f"{prog}: {err}", file=sys.stderr, flush=True)
+        return int(err.exit_code)
     if want_traceback():
         raise err
     if _is_config_error(err):

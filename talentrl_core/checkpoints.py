@@ -26,6 +26,16 @@ from .io import write_json
 SEAL = "talentrl_files.json"
 DAMAGED = "damaged-"
 "Prefix a damaged checkpoint is renamed with (``damaged-checkpoint-6``)."
+PAUSED_EXIT = 75
+"Exit code of a stage paused at its time budget (``EX_TEMPFAIL`` in sysexits.h: run it again)."
+
+
+class Paused(Exception):
+    """A stage stopped at its sitting's time budget (``sft.max_minutes``) with its progress in a sealed checkpoint
+    and no final model written: the same command resumes it. The command line exits ``PAUSED_EXIT``; under Dagster or
+    ``dvc repro`` the step fails with this message and nothing downstream runs on an unfinished model."""
+
+    exit_code = PAUSED_EXIT
 
 
 def _sha256(path: Path) -> str:

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .checkpoints import claim_work_dir, commit_staged, model_digest, model_job, newest_sound, step_folders, write_final
+from .checkpoints import claim_work_dir, commit_staged, model_digest, model_job, Paused, newest_sound, step_folders, write_final
 from .config import ModelConfig, SFTConfig
 from .io import disk_full_named, write_json
 from .sft_data import (SFTData, assistant_mask_by_prefix, build_sft_data, check_cut, execution_samples,  # noqa: F401
@@ -184,7 +184,8 @@ def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConf
     model by content (``checkpoints.model_digest``), not by path: a moved or copied artifacts folder resumes."""
     import dataclasses
 
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("resume", "save_steps", "keep_checkpoints")}
+    sitting = ("resume", "save_steps", "keep_checkpoints", "max_minutes")  # how a run is carried out, not what it makes
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in sitting}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
     return {"base_model": model_digest(base_model), "sft": settings, "model": model_job(model_cfg),
             "data": {"samples": len(data.samples), "sha1": samples}}
@@ -228,7 +229,8 @@ def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length
 
 
 def wall_clock(max_minutes: float):
-    """A Trainer callback that stops (and saves) after ``max_minutes`` of wall-clock time (0: never)."""
+    """A Trainer callback that stops and checkpoints after ``max_minutes`` of wall-clock time in this sitting (0: never);
+    ``train_sft`` then raises ``Paused`` instead of writing the final model."""
     from transformers import TrainerCallback
 
     class WallClock(TrainerCallback):
@@ -321,6 +323,9 @@ def train_sft(
         gate.restore(resume)
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    if trainer.state.global_step < trainer.state.max_steps:
+        raise Paused(f"sft paused at step {trainer.state.global_step} of {trainer.state.max_steps} after "
+                     f"sft.max_minutes={cfg.max_minutes:g} (checkpoint in {work}); run the same command to resume")
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final = trainer.model.merge_and_unload() if model_cfg.lora else trainer.model
     for p in final.parameters():

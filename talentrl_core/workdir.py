@@ -54,12 +54,22 @@ def _short(v: Any, n: int = 40) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
+RETIRED = {"sft": ("max_minutes",)}
+"""Settings that earlier versions recorded in a job and that are no longer part of one (a sitting's time budget):
+dropped from a recorded job before it is compared, so a run recorded with them still resumes."""
+
+
 def recorded_job(folder: Path) -> Optional[dict]:
-    """The job recorded in ``folder`` (None when there is none or it cannot be read)."""
+    """The job recorded in ``folder`` (None when there is none or it cannot be read), ``RETIRED`` settings left out."""
     try:
-        return json.loads((folder / JOB_FILE).read_text())
+        job = json.loads((folder / JOB_FILE).read_text())
     except (OSError, ValueError):
         return None
+    for section, keys in RETIRED.items():
+        for key in keys:
+            if isinstance(job, dict) and isinstance(job.get(section), dict):
+                job[section].pop(key, None)
+    return job
 
 
 def _normalise(job: dict) -> dict:

@@ -307,3 +307,32 @@ def test_moved_artifacts_resume_and_a_damaged_newest_checkpoint_falls_back(world
     assert (b / "sft.work" / "damaged-checkpoint-4" / "optimizer.pt").stat().st_size == size // 2
     after = load_file(b / "sft" / "model.safetensors")
     assert all(torch.equal(ref[k], after[k]) for k in ref)
+
+
+def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_weights(world, tmp_path, shared_data):
+    """``sft.max_minutes`` is a sitting's budget: past it the run checkpoints the step it reached and raises
+    ``Paused`` without writing a final model; the same job (the budget is not part of it, nor of a job recorded by
+    an earlier version) resumes from that checkpoint and ends on the weights of an undisturbed run."""
+    import dataclasses
+
+    from safetensors.torch import load_file
+
+    from talentrl_core.checkpoints import Paused
+
+    fam, tasks, trajs, knowledge = world
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
+    base = build_tiny(SMALL, tmp_path / "base", shared_data)
+    cfg = SFTConfig(max_steps=4, lr=3e-3, warmup_steps=1, batch_size=8, save_steps=4, keep_checkpoints=0)
+    train_sft(data, str(base), tmp_path / "ref", cfg, SMALL)
+    with pytest.raises(Paused, match=r"step 1 of 4 after sft.max_minutes=1e-06"):
+        train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, max_minutes=1e-6), SMALL)
+    assert not (tmp_path / "sft").exists()
+    assert [p.name for p in (tmp_path / "sft.work").glob("checkpoint-*")] == ["checkpoint-1"]
+    # a job recorded by a version that counted the budget in the job still resumes (workdir.RETIRED)
+    recorded = tmp_path / "sft.work" / "talentrl_job.json"
+    job = json.loads(recorded.read_text())
+    recorded.write_text(json.dumps({**job, "sft": {**job["sft"], "max_minutes": 0.0}}))
+    info = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
+    assert info["resumed_from"].endswith("checkpoint-1") and info["steps"] == 4
+    ref, after = load_file(tmp_path / "ref" / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
+    assert all(torch.equal(ref[k], after[k]) for k in ref)

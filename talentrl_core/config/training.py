@@ -40,7 +40,7 @@ class SFTConfig:
     max_steps: int = 200
     "Optimizer steps on the sample mix (a routing warm-up, routing_warmup_steps, comes on top)."
     max_minutes: float = 0.0
-    "Stop after this many wall-clock minutes (0: no limit); the schedule decays by steps."
+    "This sitting's wall-clock budget (0: none): past it the run checkpoints and stops as paused (exit code 75), and\n    the same command resumes it; not part of the job, so the schedule and the result are those of max_steps."
     lr: float = 3e-3
     "Peak learning rate."
     warmup_steps: int = 30

@@ -112,6 +112,21 @@ def test_an_uncaught_error_type_of_a_stage_is_one_named_line(exc, words, tmp_pat
     assert os.environ.get("HYDRA_FULL_ERROR") is None  # set only while Hydra runs
 
 
+def test_a_paused_stage_says_so_in_one_line_and_exits_75(tmp_path, monkeypatch, capsys):
+    """A stage stopped at its time budget is not a failure: one line without ``error``, exit 75 (EX_TEMPFAIL), also
+    with tracebacks asked for."""
+    from talentrl_core.checkpoints import Paused
+
+    def pause(cfg):
+        raise Paused("sft paused at step 3 of 9 after sft.max_minutes=1; run the same command to resume")
+
+    monkeypatch.setitem(stages_mod.STAGES, "sft", pause)
+    monkeypatch.setenv("TALENTRL_TRACEBACK", "1")
+    assert run_main(["sft", f"artifacts_dir={tmp_path}"]) == 75
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "sft: sft paused at step 3 of 9 after sft.max_minutes=1; run the same command to resume"
+
+
 def test_a_read_only_artifacts_dir_fails_before_hydra(tmp_path, monkeypatch, capsys):
     real_mkdir = Path.mkdir
 

@@ -228,21 +228,25 @@ def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length
     )
 
 
-def wall_clock(max_minutes: float):
-    """A Trainer callback that stops and checkpoints after ``max_minutes`` of wall-clock time in this sitting (0: never);
-    ``train_sft`` then raises ``Paused`` instead of writing the final model."""
+def sitting(max_minutes: float):
+    """A Trainer callback for what belongs to this sitting, not to the job: the checkpoint interval of this call
+    (Transformers keeps a resumed checkpoint's ``save_steps`` otherwise) and its wall-clock budget, ``max_minutes``
+    (0: none), past which it checkpoints and stops; ``train_sft`` then raises ``Paused`` instead of writing the model."""
     from transformers import TrainerCallback
 
-    class WallClock(TrainerCallback):
+    class Sitting(TrainerCallback):
         def __init__(self):
             self.t0 = time.time()
+
+        def on_train_begin(self, args_, state, control, **kw):
+            state.save_steps = args_.save_steps
 
         def on_step_end(self, args_, state, control, **kw):
             if max_minutes and time.time() - self.t0 > max_minutes * 60:
                 control.should_training_stop = True
                 control.should_save = True
 
-    return WallClock()
+    return Sitting()
 
 
 def free_cpus(threads: int):
@@ -311,7 +315,7 @@ def train_sft(
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
     trainer_cls = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))
-    callbacks = [wall_clock(cfg.max_minutes), to_tracker(tracker), free_cpus(model_cfg.threads)]
+    callbacks = [sitting(cfg.max_minutes), to_tracker(tracker), free_cpus(model_cfg.threads)]
     if gate is not None:
         from .routing_warmup import gate_callback, gated_trainer
 

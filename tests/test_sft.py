@@ -312,7 +312,8 @@ def test_moved_artifacts_resume_and_a_damaged_newest_checkpoint_falls_back(world
 def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_weights(world, tmp_path, shared_data):
     """``sft.max_minutes`` is a sitting's budget: past it the run checkpoints the step it reached and raises
     ``Paused`` without writing a final model; the same job (the budget is not part of it, nor of a job recorded by
-    an earlier version) resumes from that checkpoint and ends on the weights of an undisturbed run."""
+    an earlier version) resumes from that checkpoint, at this sitting's checkpoint interval, and ends on the weights of
+    an undisturbed run."""
     import dataclasses
 
     from safetensors.torch import load_file
@@ -332,7 +333,9 @@ def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_
     recorded = tmp_path / "sft.work" / "talentrl_job.json"
     job = json.loads(recorded.read_text())
     recorded.write_text(json.dumps({**job, "sft": {**job["sft"], "max_minutes": 0.0}}))
-    info = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
+    info = train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, save_steps=2), SMALL)
     assert info["resumed_from"].endswith("checkpoint-1") and info["steps"] == 4
+    # this sitting's checkpoint interval holds, not the one the resumed checkpoint was saved under
+    assert sorted(p.name for p in (tmp_path / "sft.work").glob("checkpoint-*")) == [f"checkpoint-{n}" for n in (1, 2, 4)]
     ref, after = load_file(tmp_path / "ref" / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
     assert all(torch.equal(ref[k], after[k]) for k in ref)

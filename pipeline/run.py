@@ -17,7 +17,7 @@ Stdout carries only the stage's JSON metadata (one document per job; logs go to 
 1 a named failure: any exception of the stage or of Hydra's setup (an artifacts folder that is a file or read-only is
 checked before Hydra makes its run folder in it) ends in one line ``<stage>: error: [Type: ]...``
 (``TALENTRL_TRACEBACK=1`` shows the traceback); 2 the config or the command line is wrong; 75 paused at the
-sitting's time budget (``sft.max_minutes``), checkpointed: the same command resumes. Offline by default:
+sitting's time budget (``sft.max_minutes``, ``rl.max_minutes``), checkpointed: the same command resumes. Offline by default:
 HF_HUB_OFFLINE, TRANSFORMERS_OFFLINE and WANDB_MODE=offline are set unless the environment already sets them.
 """
 

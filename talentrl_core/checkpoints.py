@@ -31,7 +31,7 @@ PAUSED_EXIT = 75
 
 
 class Paused(Exception):
-    """A stage stopped at its sitting's time budget (``sft.max_minutes``) with its progress in a sealed checkpoint
+    """A stage stopped at its sitting's time budget (``sft.max_minutes``, ``rl.max_minutes``) with its progress in a sealed checkpoint
     and no final model written: the same command resumes it. The command line exits ``PAUSED_EXIT``; under Dagster or
     ``dvc repro`` the step fails with this message and nothing downstream runs on an unfinished model."""
 

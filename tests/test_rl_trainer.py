@@ -642,3 +642,23 @@ def test_rl_accelerator_ignores_a_bf16_state_left_in_the_process():
     assert Accelerator(cpu=True, mixed_precision="bf16").native_amp
     acc = own_precision_accelerator(cpu=True)
     assert acc.mixed_precision == "no" and not acc.native_amp
+
+
+def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_weights(env_cfg, family, tiny, tmp_path):
+    """``rl.max_minutes`` is a sitting's budget, as SFT's: past it the run checkpoints the update it finished and raises
+    ``Paused`` with no final model; the same job (the budget is not part of it) resumes and ends on the weights of an
+    undisturbed run."""
+    import dataclasses
+
+    from talentrl_core.checkpoints import Paused
+
+    cfg = make_cfg(env_cfg, tmp_path, steps=2, tasks_per_step=1, group_size=4, checkpoint_every=0, keep_checkpoints=0)
+    ra = train_rl(cfg, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "A", progress=False)
+    budget = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, max_minutes=1e-6))
+    with pytest.raises(Paused, match=r"rl paused at update 1 of 2 after rl.max_minutes=1e-06"):
+        train_rl(budget, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "B", progress=False)
+    assert not (tmp_path / "B").exists() and (tmp_path / "B.work" / "checkpoint-1").is_dir()
+    rb = train_rl(cfg, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "B", progress=False)
+    assert rb["resumed_from"].endswith("checkpoint-1") and ra["reward_curve"] == rb["reward_curve"]
+    wa, wb = _weights(tmp_path / "A"), _weights(tmp_path / "B")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)

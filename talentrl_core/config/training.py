@@ -190,6 +190,8 @@ class RLConfig:
     "ε in advantage normalisation."
     checkpoint_every: int = 5
     "Save a resumable checkpoint every N updates."
+    max_minutes: float = 0.0
+    "This sitting's wall-clock budget (0: none): past it the run checkpoints after the update it is in and stops as\n    paused (exit code 75); the same command resumes it. Not part of the job."
     resume: bool = True
     "Resume from the last checkpoint when there is one."
     evolve_every: int = 0
@@ -233,7 +235,8 @@ class RLConfig:
             raise ValueError(f"rl.mini_batches={self.mini_batches}: make it >= 1")
         check_ranges("rl", self, steps=AT_LEAST_1, lr=POSITIVE, clip_eps=POSITIVE, beta_kl=NON_NEGATIVE,
                      max_grad_norm=POSITIVE, weight_decay=NON_NEGATIVE, warmup_steps=NON_NEGATIVE,
-                     alpha_route=NON_NEGATIVE, keep_checkpoints=NON_NEGATIVE, checkpoint_every=NON_NEGATIVE)
+                     alpha_route=NON_NEGATIVE, keep_checkpoints=NON_NEGATIVE, checkpoint_every=NON_NEGATIVE,
+                     max_minutes=NON_NEGATIVE)
         if self.n_arms < 2 and not self.flat_baseline:
             raise ValueError(f"rl.n_arms={self.n_arms}: TalentRL contrasts rollouts under different talents, so it needs "
                              "rl.n_arms >= 2 (one arm is the flat baseline: rl.flat_baseline=true)")

@@ -79,3 +79,15 @@ class RunFiles:
                     raise FloatingPointError("RL produced non-finite weights; lower rl.lr")
             write_final(self.out_dir, job, self.keep_previous, self.stage, write)
         self.acc.wait_for_everyone()
+
+
+def past_budget(acc, max_minutes: float, t0: float) -> bool:
+    """Whether this sitting's wall-clock budget (``rl.max_minutes``, 0: none) since ``t0`` is spent on any process, so
+    that all of them stop after the same update."""
+    import time
+
+    from .update import reduce_sum
+
+    if not max_minutes:
+        return False
+    return reduce_sum(acc, {"over": float(time.time() - t0 > max_minutes * 60)})["over"] > 0

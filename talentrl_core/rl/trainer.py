@@ -62,7 +62,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..checkpoints import model_digest, model_job
+from ..checkpoints import Paused, model_digest, model_job
 from ..config import ArmChoice, Backend, TalentRLConfig
 from ..envs.base import Task
 from ..io import write_json
@@ -77,10 +77,14 @@ from .advantages import (aem_eta, aem_modulate, execution_advantages, trajectory
 from .loss import token_advantages
 from .metrics import add_group_stats, new_step_stats, rollout_counts, step_metrics
 from .routing import Group
-from .run_files import META_FILE, RunFiles
+from .run_files import META_FILE, RunFiles, past_budget
 from .samples import Sample, execution_samples, score_completions
 from .seeding import derive_seed
 from .update import build_update, own_precision_accelerator, reduce_sum
+
+
+SITTING = ("resume", "checkpoint_every", "keep_checkpoints", "max_minutes")
+"RL settings of how a run is carried out, not of what it makes: not part of its job (``workdir.claim``)."
 
 
 @dataclass
@@ -327,7 +331,7 @@ class RLTrainer:
         """What a checkpoint must match to be resumed: the same job (config, initial weights by content, library);
         computed once (it hashes the initial weights). Where the game cache lies is not part of it."""
         if getattr(self, "_job", None) is None:
-            rl = {k: v for k, v in dataclasses.asdict(self.rl).items() if k not in ("resume", "checkpoint_every", "keep_checkpoints")}
+            rl = {k: v for k, v in dataclasses.asdict(self.rl).items() if k not in SITTING}
             env = {k: v for k, v in dataclasses.asdict(self.cfg.env).items() if k != "cache_dir"}
             self._job = {"rl": rl, "env": env, "model": model_job(self.cfg.model),
                          "init": model_digest(self.init_checkpoint), "library_version": self.initial_library_version}
@@ -376,6 +380,10 @@ class RLTrainer:
                 self.tracker.log(m, step=step + 1)
                 bar.update(1)
                 bar.set_postfix(reward=f"{m['rollout/reward']:.3f}", succ=f"{m['rollout/success']:.2f}")
+                if step + 1 < self.rl.steps and past_budget(self.acc, self.rl.max_minutes, t0):
+                    self.save_checkpoint(step + 1)
+                    raise Paused(f"rl paused at update {step + 1} of {self.rl.steps} after rl.max_minutes="
+                                 f"{self.rl.max_minutes:g} (checkpoint in {self.files.work_dir}); run the same command to resume")
                 if self.rl.checkpoint_every and (step + 1) % self.rl.checkpoint_every == 0 and step + 1 < self.rl.steps:
                     self.save_checkpoint(step + 1)
         finally:

@@ -6,7 +6,8 @@
    checks between them;
 3. ``dvc commit -f`` records what was materialised into dvc.lock (``pipeline.dvc_sync``); ``dvc status``
    then reports the pipeline up to date and ``dvc repro`` does nothing;
-4. prints the report path.
+4. prints the report path. A stage paused at its sitting's budget (``sft.max_minutes``, ``rl.max_minutes``) is said
+   in one line and exits 75; the same command resumes it (what materialised is recorded in dvc.lock either way).
 
 Extra arguments are more Hydra overrides: ``python -m pipeline.demo collect.n_episodes=8``.
 """
@@ -16,6 +17,8 @@ from __future__ import annotations
 import sys
 import time
 from typing import Sequence
+
+from talentrl_core.checkpoints import PAUSED_EXIT, Paused
 
 from .env import dagster_home, offline_defaults
 
@@ -62,10 +65,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"report: {report}")
         print(f"promotion gate failed: {', '.join(failed_checks) or 'see the Dagster run'} — the report says why")
         return 0
+    paused = paused_stage(result.all_events)
+    if paused:  # a stage stopped at its sitting's budget (sft/rl.max_minutes), checkpointed: not a failure
+        print(f"{paused}; run the same command again to resume")
+        return PAUSED_EXIT
     if not result.success:
         return 1
     print(f"report: {report}")
     return 0
+
+
+def paused_stage(events) -> str | None:
+    """The message of a step that failed because its stage paused at its time budget (``checkpoints.Paused``, which
+    Dagster wraps in its own step error), or None."""
+    for e in events:
+        err = e.step_failure_data.error if e.is_step_failure else None
+        while err is not None:
+            if err.cls_name == Paused.__name__:
+                return err.message.strip().split(": ", 1)[-1]
+            err = err.cause
+    return None
 
 
 if __name__ == "__main__":

@@ -152,22 +152,43 @@ def _broken(cfg):
     raise StageBroke("evaluate")
 
 
+def _materialise_evaluation(tmp_path):
+    from pipeline.definitions import defs
+
+    return defs.resolve_job_def("talentrl_chain").execute_in_process(
+        run_config={"resources": {"talentrl": {"config": {"overrides": [f"artifacts_dir={tmp_path}"]}}}},
+        instance=dg.DagsterInstance.ephemeral(), asset_selection=[dg.AssetKey("evaluation")], raise_on_error=False)
+
+
 def test_failing_stage_asset_fails_never_faked(tmp_path, monkeypatch):
     """A stage that raises fails the run (the UI shows it red); nothing is recorded."""
     import talentrl_core.stages
-    from pipeline.definitions import defs
 
     monkeypatch.setitem(talentrl_core.stages.STAGES, "evaluate", _broken)
-    result = defs.resolve_job_def("talentrl_chain").execute_in_process(
-        run_config={"resources": {"talentrl": {"config": {"overrides": [f"artifacts_dir={tmp_path}"]}}}},
-        instance=dg.DagsterInstance.ephemeral(),
-        asset_selection=[dg.AssetKey("evaluation")],
-        raise_on_error=False,
-    )
+    result = _materialise_evaluation(tmp_path)
     assert not result.success
     failure = [e for e in result.all_events if e.is_step_failure][0]
     assert failure.step_failure_data.error.cause.cls_name == "StageBroke"
     assert result.asset_materializations_for_node("evaluation") == []
+
+
+def test_a_paused_stage_asset_is_named_as_paused_not_failed(tmp_path, monkeypatch):
+    """A stage that stops at its time budget fails its Dagster step (nothing downstream runs on an unfinished model)
+    and ``make demo``/``make alfworld`` read it back as paused (``pipeline.demo.paused_stage``: exit 75, resume)."""
+    import talentrl_core.stages
+    from pipeline.demo import paused_stage
+    from talentrl_core.checkpoints import Paused
+
+    def pause(cfg):
+        raise Paused("evaluate paused at step 2 of 5 after sft.max_minutes=1 (checkpoint in x)")
+
+    monkeypatch.setitem(talentrl_core.stages.STAGES, "evaluate", pause)
+    result = _materialise_evaluation(tmp_path)
+    assert not result.success and result.asset_materializations_for_node("evaluation") == []
+    assert paused_stage(result.all_events) == "evaluate paused at step 2 of 5 after sft.max_minutes=1 (checkpoint in x)"
+    monkeypatch.setitem(talentrl_core.stages.STAGES, "evaluate", _broken)
+    broken = _materialise_evaluation(tmp_path)
+    assert paused_stage(broken.all_events) is None
 
 
 # ---------------------------------------------------------------------------------------------- CLI

@@ -231,20 +231,23 @@ def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length
 def sitting(max_minutes: float):
     """A Trainer callback for what belongs to this sitting, not to the job: the checkpoint interval of this call
     (Transformers keeps a resumed checkpoint's ``save_steps`` otherwise) and its wall-clock budget, ``max_minutes``
-    (0: none), past which it checkpoints and stops; ``train_sft`` then raises ``Paused`` instead of writing the model."""
+    (0: none), past which it checkpoints and stops (``paused_at``: the step); ``train_sft`` then raises ``Paused``
+    instead of writing the model. A budget spent on the last step of a gated warm-up's shortened run is taken for a
+    pause: the rerun finds nothing left to train and writes the model."""
     from transformers import TrainerCallback
 
     class Sitting(TrainerCallback):
         def __init__(self):
-            self.t0 = time.time()
+            self.t0, self.paused_at = time.time(), None
 
         def on_train_begin(self, args_, state, control, **kw):
             state.save_steps = args_.save_steps
 
         def on_step_end(self, args_, state, control, **kw):
-            if max_minutes and time.time() - self.t0 > max_minutes * 60:
+            if max_minutes and time.time() - self.t0 > max_minutes * 60 and state.global_step < state.max_steps:
                 control.should_training_stop = True
                 control.should_save = True
+                self.paused_at = state.global_step
 
     return Sitting()
 
@@ -315,7 +318,8 @@ def train_sft(
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
     trainer_cls = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))
-    callbacks = [sitting(cfg.max_minutes), to_tracker(tracker), free_cpus(model_cfg.threads)]
+    clock = sitting(cfg.max_minutes)
+    callbacks = [clock, to_tracker(tracker), free_cpus(model_cfg.threads)]
     if gate is not None:
         from .routing_warmup import gate_callback, gated_trainer
 
@@ -327,7 +331,7 @@ def train_sft(
         gate.restore(resume)
     t0 = time.time()
     result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
-    if trainer.state.global_step < trainer.state.max_steps:
+    if clock.paused_at is not None:
         raise Paused(f"sft paused at step {trainer.state.global_step} of {trainer.state.max_steps} after "
                      f"sft.max_minutes={cfg.max_minutes:g} (checkpoint in {work}); run the same command to resume")
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]

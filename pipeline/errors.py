@@ -35,6 +35,10 @@ def _is_config_error(err: BaseException) -> bool:
     return any(c.__name__ == "ConfigError" and c.__module__ == "pipeline.config" for c in type(err).__mro__)
 
 
+def _is_paused(err: BaseException) -> bool:
+    return any(c.__name__ == "Paused" and c.__module__ == "talentrl_core.checkpoints" for c in type(err).__mro__)
+
+
 def describe(err: BaseException) -> str:
     """``Type: message`` on one line. The type is left out where it says nothing the message does not: the project's
     own errors and plain ``ValueError``/``RuntimeError``/``OSError`` raised with a message of ours (no errno).
@@ -59,8 +63,9 @@ def describe(err: BaseException) -> str:
 def report(prog: str, err: BaseException) -> int:
     """Print ``err`` as one named line and return the exit code (2 for a config error, else 1); with
     ``TALENTRL_TRACEBACK=1`` re-raise it instead. Call it from inside an ``except`` block."""
-    if hasattr(err, "exit_code"):  # not a failure: a stage paused at its time budget (checkpoints.Paused)
-        print(f"{prog}: {err}", file=sys.stderr, flush=True)
+    if _is_paused(err):  # not a failure: a stage paused at its time budget; said once under torchrun/accelerate
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"{prog}: {err}", file=sys.stderr, flush=True)
         return int(err.exit_code)
     if want_traceback():
         raise err

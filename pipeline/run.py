@@ -138,7 +138,8 @@ def _with_hydra(stage: str, rest: list[str]) -> int:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = saved_full
-    return max(codes, default=0)
+    failed = [c for c in codes if c in (1, 2)]  # a failed job is not hidden behind another's pause (75)
+    return max(failed or codes, default=0)
 
 
 def _prepare_output_dir(stage: str, overrides: Sequence[str], multirun: bool) -> None:

@@ -244,12 +244,24 @@ def sitting(max_minutes: float):
             state.save_steps = args_.save_steps
 
         def on_step_end(self, args_, state, control, **kw):
-            if max_minutes and time.time() - self.t0 > max_minutes * 60 and state.global_step < state.max_steps:
+            if max_minutes and over_anywhere(time.time() - self.t0 > max_minutes * 60) and state.global_step < state.max_steps:
                 control.should_training_stop = True
                 control.should_save = True
                 self.paused_at = state.global_step
 
     return Sitting()
+
+
+def over_anywhere(over: bool) -> bool:
+    """``over`` on any process of a distributed run (torchrun / accelerate), so that all of them stop at one step."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return over
+    flag = torch.tensor([float(over)], device="cuda" if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
 
 
 def free_cpus(threads: int):

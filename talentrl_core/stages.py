@@ -295,8 +295,9 @@ def pinned_library(cfg: TalentRLConfig, checkpoint: Path):
     return dataclasses.replace(cfg.library, version=int(version)) if version else cfg.library
 
 
-def rl(cfg: TalentRLConfig) -> dict:
-    """Contrastive routing RL + GRPO execution RL from the SFT checkpoint (or the flat-GRPO baseline)."""
+def rl(cfg: TalentRLConfig, started: Optional[float] = None) -> dict:
+    """Contrastive routing RL + GRPO execution RL from the SFT checkpoint (or the flat-GRPO baseline); a finished
+    model of the same job is kept, not trained again; ``started``: when the sitting began (``rl.max_minutes``)."""
     from .knowledge import open_knowledge
     from .rl.trainer import train_rl
 
@@ -307,7 +308,8 @@ def rl(cfg: TalentRLConfig) -> dict:
     knowledge = require_library(open_knowledge(pinned_library(cfg, paths.sft_checkpoint), flat=flat), cfg)
     system = next(s for s in RL_SYSTEMS if SYSTEMS[s].flat == flat)
     with _tracker(cfg, "rl_flat_grpo" if flat else "rl") as tracker:
-        info = train_rl(cfg, family, knowledge, str(paths.sft_checkpoint), out, tracker=tracker)
+        info = train_rl(cfg, family, knowledge, str(paths.sft_checkpoint), out, tracker=tracker, started=started,
+                        skip_finished=True)
         log_model(tracker, cfg, system, out,
                   {"library_version": getattr(knowledge, "version", None), "sft_checkpoint": str(paths.sft_checkpoint), **info})
         info.update(tracker.metadata())
@@ -323,7 +325,8 @@ def rl_both(cfg: TalentRLConfig, systems: tuple[str, ...] = RL_SYSTEMS) -> dict:
     import dataclasses
 
     flat = dataclasses.replace(cfg, rl=cfg.rl.as_flat_baseline())
-    return {system: rl(flat if SYSTEMS[system].flat else cfg) for system in RL_SYSTEMS if system in systems}
+    started = time.time()  # one sitting for both systems: rl.max_minutes bounds the stage, not each system
+    return {system: rl(flat if SYSTEMS[system].flat else cfg, started) for system in RL_SYSTEMS if system in systems}
 
 
 def evaluate(cfg: TalentRLConfig) -> dict:

@@ -76,6 +76,11 @@ def _normalise(job: dict) -> dict:
     return json.loads(json.dumps(job, sort_keys=True, default=str))
 
 
+def holds_job(folder: str | Path, job: dict) -> bool:
+    """Whether ``folder`` records ``job`` (``RETIRED`` settings left out of the record)."""
+    return recorded_job(Path(folder)) == _normalise(job)
+
+
 def move_aside(folder: Path, keep: int, log: Callable[[str], None] | None = None) -> Optional[Path]:
     """Rename ``folder`` to ``<folder>.prev-<UTC time>`` and drop the oldest such copies beyond ``keep``, naming each
     one it deletes; with ``keep`` 0 delete it. Returns the new path (None when deleted)."""

@@ -55,6 +55,9 @@ def test_bad_group_choice_lists_choices():
 def test_cross_field_check_says_what_to_change():
     with pytest.raises(ConfigError, match="multiple of rl.n_arms"):
         load_config(["rl.group_size=7", "rl.n_arms=2"])
+    for stage in ("sft", "rl"):  # a sitting's budget pauses a run that only a resume can continue
+        with pytest.raises(ConfigError, match=rf"{stage}\.max_minutes=30 needs {stage}\.resume=true"):
+            load_config([f"{stage}.max_minutes=30", f"{stage}.resume=false"])
 
 
 def test_interpolations_resolved():

@@ -662,3 +662,8 @@ def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_
     assert rb["resumed_from"].endswith("checkpoint-1") and ra["reward_curve"] == rb["reward_curve"]
     wa, wb = _weights(tmp_path / "A"), _weights(tmp_path / "B")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    # the stage's rerun (skip_finished) keeps a finished model of the same job and returns what it recorded
+    (tmp_path / "B.work").rename(tmp_path / "B.work.gone")  # nothing to resume from: a retraining would start at 0
+    rc = train_rl(cfg, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "B", progress=False, skip_finished=True)
+    assert rc["resumed_from"] == rb["resumed_from"] and rc["reward_curve"] == rb["reward_curve"]
+    assert not (tmp_path / "B.work").exists() and all(torch.equal(wa[k], v) for k, v in _weights(tmp_path / "B").items())

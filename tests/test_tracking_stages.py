@@ -201,10 +201,15 @@ def test_rl_logs_its_model_on_the_run_the_stage_owns(monkeypatch, tmp_path):
     tracker = Tracker()
 
     class FakeTrainer:
+        files = type("Files", (), {"finished": staticmethod(lambda job: None)})()  # nothing finished earlier
+
         def __init__(self, *a, **k):
             pass
 
-        def run(self):
+        def job(self):
+            return {}
+
+        def run(self, started=None):
             tracker.log({"rl/loss": 1.0}, step=1)
             return {"steps": 4}
 
@@ -224,7 +229,7 @@ def test_rl_both_trains_both_or_the_systems_asked(monkeypatch, tmp_path):
     from pipeline.config import load_config
 
     seen = []
-    monkeypatch.setattr(stages, "rl", lambda cfg: seen.append(cfg.rl.flat_baseline) or {"flat": cfg.rl.flat_baseline})
+    monkeypatch.setattr(stages, "rl", lambda cfg, started=None: seen.append(cfg.rl.flat_baseline) or {"flat": cfg.rl.flat_baseline})
     cfg = load_config([f"artifacts_dir={tmp_path}"])
     assert stages.rl_both(cfg) == {"talentrl": {"flat": False}, "flat_grpo": {"flat": True}} and seen == [False, True]
     assert stages.rl_both(cfg, systems=("flat_grpo",)) == {"flat_grpo": {"flat": True}}

@@ -127,6 +127,12 @@ class SFTConfig:
         if self.routing_warmup_until and not self.routing_warmup_steps:
             raise ValueError(f"sft.routing_warmup_until={self.routing_warmup_until} needs sft.routing_warmup_steps > 0 "
                              "(the cap of the warm-up it ends early)")
+        if self.max_minutes and not self.resume:
+            raise ValueError(f"sft.max_minutes={self.max_minutes:g} needs sft.resume=true: a paused run continues from its "
+                             "checkpoint on the next call")
+        if self.max_minutes and not self.resume:
+            raise ValueError(f"sft.max_minutes={self.max_minutes:g} needs sft.resume=true: a paused run continues from its "
+                             "checkpoint on the next call")
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
             raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="
                              f"{self.micro_batch_size}: set sft.micro_batch_size to a divisor of it")
@@ -237,6 +243,9 @@ class RLConfig:
                      max_grad_norm=POSITIVE, weight_decay=NON_NEGATIVE, warmup_steps=NON_NEGATIVE,
                      alpha_route=NON_NEGATIVE, keep_checkpoints=NON_NEGATIVE, checkpoint_every=NON_NEGATIVE,
                      max_minutes=NON_NEGATIVE)
+        if self.max_minutes and not self.resume:
+            raise ValueError(f"rl.max_minutes={self.max_minutes:g} needs rl.resume=true: a paused run continues from its "
+                             "checkpoint on the next call")
         if self.n_arms < 2 and not self.flat_baseline:
             raise ValueError(f"rl.n_arms={self.n_arms}: TalentRL contrasts rollouts under different talents, so it needs "
                              "rl.n_arms >= 2 (one arm is the flat baseline: rl.flat_baseline=true)")

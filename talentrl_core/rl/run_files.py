@@ -16,7 +16,7 @@ import torch
 
 from ..checkpoints import claim_work_dir, commit_staged, newest_sound, step_folders, write_final
 from ..io import disk_full_named, read_json, write_json
-from ..workdir import record_job, say
+from ..workdir import holds_job, record_job, say
 
 META_FILE = "talentrl_meta.json"
 STATE_FILE = "trainer_state.json"
@@ -69,6 +69,14 @@ class RunFiles:
         _, path = ckpts[-1]
         self.acc.load_state(str(path))
         return path, read_json(path / STATE_FILE)
+
+    def finished(self, job: dict) -> Optional[dict]:
+        """The result recorded with a finished model of ``job`` in ``out_dir`` (None when there is none)."""
+        if not holds_job(self.out_dir, job) or not (self.out_dir / META_FILE).is_file():
+            return None
+        meta = read_json(self.out_dir / META_FILE)
+        say(f"{self.stage}: {self.out_dir} holds this job's finished model; not trained again")
+        return {k: v for k, v in meta.items() if k not in ("stage", "config", "history")}
 
     def save_final(self, model, write: Callable[[Path], None], job: dict) -> None:
         """The finished model (weights checked finite first), swapped in atomically by the main process."""

@@ -369,7 +369,7 @@ class RLTrainer:
 
     # -- the run ----------------------------------------------------------------------------------------------
 
-    def run(self) -> dict:
+    def run(self, started: Optional[float] = None) -> dict:
         t0 = time.time()
         start = self.maybe_resume()
         bar = tqdm(total=self.rl.steps, initial=start, desc="rl" + ("-flat" if self.flat else ""), disable=not self.progress)
@@ -380,7 +380,7 @@ class RLTrainer:
                 self.tracker.log(m, step=step + 1)
                 bar.update(1)
                 bar.set_postfix(reward=f"{m['rollout/reward']:.3f}", succ=f"{m['rollout/success']:.2f}")
-                if step + 1 < self.rl.steps and past_budget(self.acc, self.rl.max_minutes, t0):
+                if step + 1 < self.rl.steps and past_budget(self.acc, self.rl.max_minutes, started or t0):
                     self.save_checkpoint(step + 1)
                     raise Paused(f"rl paused at update {step + 1} of {self.rl.steps} after rl.max_minutes="
                                  f"{self.rl.max_minutes:g} (checkpoint in {self.files.work_dir}); run the same command to resume")
@@ -429,13 +429,16 @@ def check_config(cfg: TalentRLConfig) -> None:
 
 
 def train_rl(cfg: TalentRLConfig, family, knowledge: Knowledge, init_checkpoint: str, out_dir: Path,
-             tracker=None, progress: bool = True) -> dict:
+             tracker=None, progress: bool = True, started: Optional[float] = None, skip_finished: bool = False) -> dict:
     """Train with contrastive routing RL + GRPO execution RL (or the flat baseline); returns run metadata.
 
     Resumes from the last ``<out_dir>.work/checkpoint-<step>`` when ``rl.resume``; writes the final model
     (``save_pretrained`` + tokenizer + ``talentrl_meta.json``) atomically into ``out_dir``. ``tracker`` (any object
     with ``.log(dict, step)``; a null object by default) receives every update's metrics; whoever opened it finishes
-    it (the stage's ``with`` block, the CLI's ``finally``), so it can still log the model afterwards.
+    it (the stage's ``with`` block, the CLI's ``finally``), so it can still log the model afterwards. ``started``: when
+    this sitting began, for ``rl.max_minutes`` (default: now); ``skip_finished``: a finished model of this job in
+    ``out_dir`` is not trained again, its recorded result is returned (a stage rerun after the second system paused).
     """
     trainer = RLTrainer(cfg, family, knowledge, init_checkpoint, Path(out_dir), tracker, progress)
-    return trainer.run()
+    done = trainer.files.finished(trainer.job()) if skip_finished else None
+    return done if done is not None else trainer.run(started)

@@ -131,6 +131,17 @@ def test_bench_webshop_prints_latency_ratio_and_projection(tmp_path, shared_data
     assert "ratio vs baseline" in stdout
 
 
+def test_bench_strategies_webshop_prints_the_category_matrix_and_the_oracle(tmp_path, shared_data):
+    stdout = _run("bench_strategies_webshop.py", "--n", "12", "--json", str(tmp_path / "m.json"),
+                  f"data_dir={shared_data}", f"artifacts_dir={tmp_path}", tmp_path=tmp_path)
+    assert "| all | 12 |" in stdout and "per-goal oracle over the teachers" in stdout
+    summary = json.loads((tmp_path / "m.json").read_text())["summary"]
+    scores = {s: v["score"] for s, v in summary["by_category"]["all"].items()}
+    assert set(scores) == {"rank_order", "title_order", "base_rank", "clause_rank", "base_title", "clause_title", "rule_options"}
+    assert summary["by_category"]["all"]["rank_order"]["success"] >= 0.5  # the registered teacher still works
+    assert summary["oracle_score"] >= max(v for s, v in scores.items() if s != "rule_options")
+
+
 def test_bench_behaviour_counts_route_following_and_reversals_against_chance():
     import importlib.util
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .checkpoints import claim_work_dir, commit_staged, model_digest, model_job, Paused, newest_sound, step_folders, write_final
+from .checkpoints import Paused, claim_work_dir, commit_staged, model_digest, model_job, newest_sound, step_folders, write_final
 from .config import ModelConfig, SFTConfig
 from .io import disk_full_named, write_json
 from .sft_data import (SFTData, assistant_mask_by_prefix, build_sft_data, check_cut, execution_samples,  # noqa: F401
@@ -179,13 +179,16 @@ def labelled_positions_trainer(base):
     return LabelledPositionsSFTTrainer
 
 
+SITTING = ("resume", "save_steps", "keep_checkpoints", "max_minutes")
+"SFT settings of how a run is carried out, not of what it makes: not part of its job (``workdir.claim``)."
+
+
 def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> dict:
     """What an SFT result depends on (its checkpoints resume only under the same job; ``workdir.claim``). The base
     model by content (``checkpoints.model_digest``), not by path: a moved or copied artifacts folder resumes."""
     import dataclasses
 
-    sitting = ("resume", "save_steps", "keep_checkpoints", "max_minutes")  # how a run is carried out, not what it makes
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in sitting}
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SITTING}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
     return {"base_model": model_digest(base_model), "sft": settings, "model": model_job(model_cfg),
             "data": {"samples": len(data.samples), "sha1": samples}}

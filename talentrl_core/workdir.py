@@ -143,7 +143,7 @@ def claim(folder: str | Path, job: dict, keep_previous: int, stage: str,
     folder = Path(folder)
     job = _normalise(job)
     moved: Optional[Path] = None
-    if folder.exists() and recorded_job(folder) != job:
+    if folder.exists() and not holds_job(folder, job):
         if holds_work(folder) if holds_work else any(p.name != JOB_FILE for p in folder.iterdir()):
             moved = set_aside(folder, job, keep_previous, stage, log)
         else:

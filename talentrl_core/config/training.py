@@ -130,9 +130,6 @@ class SFTConfig:
         if self.max_minutes and not self.resume:
             raise ValueError(f"sft.max_minutes={self.max_minutes:g} needs sft.resume=true: a paused run continues from its "
                              "checkpoint on the next call")
-        if self.max_minutes and not self.resume:
-            raise ValueError(f"sft.max_minutes={self.max_minutes:g} needs sft.resume=true: a paused run continues from its "
-                             "checkpoint on the next call")
         if self.micro_batch_size < 1 or self.batch_size % self.micro_batch_size:
             raise ValueError(f"sft.batch_size={self.batch_size} must be a positive multiple of sft.micro_batch_size="
                              f"{self.micro_batch_size}: set sft.micro_batch_size to a divisor of it")

@@ -20,7 +20,8 @@ setup: .venv/.stamp
 .venv/.stamp: requirements.lock pyproject.toml
 	@test -x $(PY) || python3.11 -m venv .venv || python3 -m venv .venv
 	$(PY) -m pip install -q --upgrade pip
-	@if [ -n "$(TORCH_INDEX)" ]; then $(PY) -m pip install -q --index-url $(TORCH_INDEX) "$$(grep '^torch==' requirements.lock)"; fi
+	@if [ -n "$(TORCH_INDEX)" ]; then $(PY) -m pip install -q --retries 1 --timeout 15 --index-url $(TORCH_INDEX) "$$(grep '^torch==' requirements.lock)" \
+	  || echo "setup: $(TORCH_INDEX) did not serve torch; it comes from the lock's index instead"; fi
 	$(PY) -m pip install -q -r requirements.lock
 	$(PY) -m pip install -q --no-deps -e .
 	@touch $@

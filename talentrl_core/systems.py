@@ -65,6 +65,8 @@ PAIRED_COMPARISONS = [("talent_sft", "zero_shot"), ("talent_sft", "flat_skillban
 HEADLINE_PAIRS = [("talentrl", "flat_grpo"), ("talentrl", "talent_sft"), ("talent_sft", "flat_skillbank"),
                   ("oracle_talent", "random_talent")]
 "The main comparisons, in order: a report's headline shows, per panel, the first two whose systems both ran."
+HELD_TO_FLOORS = ("talentrl", "talent_sft")
+"The trained systems the report also tests against every zero-parameter floor evaluated beside them (a rule, the teacher)."
 PROMOTION_PAIR = ("talentrl", "talent_sft")
 "The promotion gate and the routing comparison: the RL system against the SFT it started from."
 
@@ -80,6 +82,15 @@ def system_spec(name: str) -> SystemSpec:
         return SystemSpec(NO_CHECKPOINT, "none", False, True, f"the strategy {name[len(STRATEGY_PREFIX):]!r} acting "
                           "alone (no parameters)", policy=name)
     raise KeyError(name)
+
+
+def is_floor(name: str) -> bool:
+    """Whether ``name`` is a zero-parameter floor (``FLOORS`` or ``strategy:<name>``).
+
+    >>> is_floor("random_action"), is_floor("strategy:rule_options"), is_floor("zero_shot")
+    (True, True, False)
+    """
+    return name in FLOORS or (name.startswith(STRATEGY_PREFIX) and len(name) > len(STRATEGY_PREFIX))
 
 
 def check_systems(names) -> None:

@@ -179,7 +179,7 @@ def test_paired_comparison_counts_discordant_tasks_on_common_tasks():
     from talentrl_core.evaluation.report import render_markdown
 
     md = render_markdown(m)
-    assert "| talentrl vs talent_sft | textworld | 4 | 1 | 2 | 9 | 0.3750 |" in md
+    assert "| talentrl vs talent_sft | textworld | 4 | 1 | 2 | 9 | 0.3750 | 0 / 0 / 9 | 1 |" in md  # every reward 0.0
     # the intervals overlap at this n, so the notes add the sharper paired result
     assert "Paired on the same tasks: talentrl vs talent_sft 4:1 discordant, McNemar p = 0.3750." in md
 
@@ -409,3 +409,28 @@ def test_a_learning_curve_resumes_and_replays_only_changed_checkpoints(tmp_path,
     loaded.clear()
     run(done=[r for r in again if r["task_id"] != again[0]["task_id"] or r["step"] != 10])  # a point cut short
     assert [Path(c).name for c in loaded] == ["checkpoint-10"]
+
+
+def test_paired_comparisons_test_reward_by_sign_and_hold_the_trained_systems_to_every_floor():
+    """WebShop's reward is partial: a purchase that matches some attributes earns part of it, so two systems can tie
+    on success and differ in reward. The sign test counts the tasks where A's reward is higher / lower; talent_sft is
+    also compared with each floor evaluated beside it (a rule, the teacher), never a floor with a floor."""
+    from talentrl_core.evaluation.metrics import paired_comparisons
+    from talentrl_core.evaluation.stats import mcnemar_exact
+
+    rs = []
+    for i in range(12):  # talent_sft: reward 0.5 everywhere, never a success; the rule: 0.8 on t0-t8, 0.2 on t9-t11
+        rs.append(EpisodeResult("talent_sft", "webshop", f"t{i}", "fashion", False, 0.5, 1))
+        rs.append(EpisodeResult("strategy:rule_options", "webshop", f"t{i}", "fashion", i < 3, 0.8 if i < 9 else 0.2, 1))
+        rs.append(EpisodeResult("random_action", "webshop", f"t{i}", "fashion", False, 0.5 if i < 6 else 0.0, 1))
+    got = paired_comparisons(rs)["webshop"]
+    assert set(got) == {"talent_sft vs strategy:rule_options", "talent_sft vs random_action"}
+    rule = got["talent_sft vs strategy:rule_options"]
+    assert (rule["a_only"], rule["b_only"]) == (0, 3)
+    assert rule["reward"] == {"higher": 3, "lower": 9, "tied": 0, "p_sign": pytest.approx(mcnemar_exact(3, 9))}
+    assert got["talent_sft vs random_action"]["reward"] == {"higher": 6, "lower": 0, "tied": 6,
+                                                              "p_sign": pytest.approx(mcnemar_exact(6, 0))}
+    from talentrl_core.evaluation.report import render_markdown
+
+    md = render_markdown(build_metrics(rs, n_boot=20))
+    assert "| talent_sft vs strategy:rule_options | webshop | 0 | 3 | 0 | 12 | 0.2500 | 3 / 9 / 0 | 0.15 |" in md

@@ -14,14 +14,16 @@ appear at every level, these are guaranteed and checked by ``validate_metrics``)
                                   "per_task_type": {TYPE: {"success", "ci95", "n", "tokens_per_episode"}},
                                   "avg_at_k": {"k", "k_min", "value", "ci95", "n_tasks"},   # sampled only
                                   "routing_accuracy": float, "routing_n": int}}},         # oracle known
-     "paired": {PANEL: {"A vs B": {"a_only", "b_only", "both", "neither", "n", "p_mcnemar"}}},
+     "paired": {PANEL: {"A vs B": {"a_only", "b_only", "both", "neither", "n", "p_mcnemar",
+                                   "reward": {"higher", "lower", "tied", "p_sign"}}}},    # A's reward vs B's
      "training": {SYSTEM: {"updates": int, "reward_first": float, "reward_last": float, ...}}}   # RL systems
 
 ``training`` (optional) summarises each RL checkpoint's own per-update history (``training_summary``): the
 reward trend, and for TalentRL the routing diagnostics that say whether the talent term could act at all.
 
 ``paired`` compares two systems on the tasks both ran (greedy): the method's comparisons of
-``PAIRED_COMPARISONS`` whenever both systems were evaluated on the panel.
+``PAIRED_COMPARISONS`` whenever both systems were evaluated on the panel, and talent_sft / talentrl against every
+zero-parameter floor evaluated beside them; success by exact McNemar, reward by the sign test.
 
 Run: ``build_metrics(results)``, ``routing_confusion(results)``; ``report.write_report`` writes them.
 """
@@ -35,9 +37,9 @@ from typing import Any, Iterable, Mapping, Optional, Union
 
 import numpy as np
 
-from ..systems import PAIRED_COMPARISONS
+from ..systems import HELD_TO_FLOORS, PAIRED_COMPARISONS, is_floor
 from .schema import check as check_schema
-from .stats import avg_at_k, bootstrap_ci, paired_counts, wilson_ci
+from .stats import avg_at_k, bootstrap_ci, paired_counts, reward_sign_test, wilson_ci
 
 SCHEMA_VERSION = 1
 
@@ -223,17 +225,22 @@ def training_summary(history: list[Mapping[str, Any]]) -> dict:
 
 
 def paired_comparisons(results: Iterable[EpisodeResult], pairs: Iterable[tuple[str, str]] = PAIRED_COMPARISONS) -> dict:
-    """Per panel, ``"A vs B"`` → discordant counts and the exact McNemar p on the tasks both ran greedily."""
-    greedy: dict[tuple[str, str], dict[str, bool]] = defaultdict(dict)
+    """Per panel, ``"A vs B"`` → on the tasks both ran greedily, the success discordant counts with the exact McNemar p,
+    and under ``"reward"`` the per-task reward sign test (``stats.reward_sign_test``). The pairs: ``pairs``, then each
+    of ``HELD_TO_FLOORS`` against every floor evaluated on the panel."""
+    greedy: dict[tuple[str, str], dict[str, EpisodeResult]] = defaultdict(dict)
     for r in results:
         if r.sample_idx == 0:
-            greedy[(r.panel, r.system)][r.task_id] = bool(r.success)
+            greedy[(r.panel, r.system)][r.task_id] = r
     out: dict[str, dict] = {}
     for panel in sorted({p for p, _ in greedy}):
-        for a, b in pairs:
+        floors = sorted(s for p, s in greedy if p == panel and is_floor(s))
+        for a, b in [*pairs, *((a, f) for a in HELD_TO_FLOORS for f in floors)]:
             ra, rb = greedy.get((panel, a)), greedy.get((panel, b))
             if ra and rb:
-                out.setdefault(panel, {})[f"{a} vs {b}"] = paired_counts(ra, rb)
+                c = paired_counts({t: e.success for t, e in ra.items()}, {t: e.success for t, e in rb.items()})
+                c["reward"] = reward_sign_test({t: e.reward for t, e in ra.items()}, {t: e.reward for t, e in rb.items()})
+                out.setdefault(panel, {})[f"{a} vs {b}"] = c
     return out
 
 

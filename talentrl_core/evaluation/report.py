@@ -188,6 +188,12 @@ def verdict_section(metrics: Mapping) -> list[str]:
     return out
 
 
+def reward_cells(c: Mapping) -> list[str]:
+    """A paired comparison's reward sign test as table cells (a metrics file written before it had one: dashes)."""
+    r = c.get("reward")
+    return [f"{r['higher']} / {r['lower']} / {r['tied']}", f"{r['p_sign']:.2g}"] if r else ["—", "—"]
+
+
 def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     """The Markdown report: the headline and the verdicts first, then systems × panels, per-task-type tables, tokens,
     avg@k, routing, the talent matrix, RL training, cost and notes."""
@@ -244,10 +250,12 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
     paired = metrics.get("paired") or {}
     if any(paired.values()):
         out += ["## Paired comparisons (same tasks, greedy)", "",
-                "Tasks only A solved, only B solved, both; two-sided exact McNemar p on the discordant tasks.", ""]
-        rows = [[pair, p, str(c["a_only"]), str(c["b_only"]), str(c["both"]), str(c["n"]), f"{c['p_mcnemar']:.4f}"]
+                "Success: tasks only A solved, only B solved, both; two-sided exact McNemar p on the discordant tasks. "
+                "Reward: tasks where A's reward is higher / lower / tied; two-sided exact sign test p on the untied.", ""]
+        rows = [[pair, p, str(c["a_only"]), str(c["b_only"]), str(c["both"]), str(c["n"]), f"{c['p_mcnemar']:.4f}", *reward_cells(c)]
                 for p, comps in sorted(paired.items()) for pair, c in comps.items()]
-        out += [md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p"], rows), ""]
+        out += [md_table(["A vs B", "panel", "A only", "B only", "both", "n", "p", "reward higher / lower / tied", "sign p"],
+                         rows), ""]
 
     shown = {line for p in panels for line in verdicts(metrics, p)}
     for line in talent_section(metrics):  # its verdicts opened the report

@@ -135,3 +135,17 @@ def paired_counts(a: Mapping[str, bool], b: Mapping[str, bool]) -> dict:
     both = sum(a[t] and b[t] for t in common)
     return {"a_only": a_only, "b_only": b_only, "both": both, "neither": len(common) - a_only - b_only - both,
             "n": len(common), "p_mcnemar": mcnemar_exact(a_only, b_only)}
+
+
+def reward_sign_test(a: Mapping[str, float], b: Mapping[str, float]) -> dict:
+    """Two systems' per-task rewards on the tasks both have: how many tasks ``a`` scored higher, lower, the same, and
+    the two-sided exact sign test on the untied tasks (the binomial test McNemar's is; Dixon & Mood, 1946). Where
+    the reward is partial (WebShop's attribute match), this sees what success alone does not.
+
+    >>> reward_sign_test({"t1": 0.5, "t2": 1.0, "t3": 0.2, "t4": 0.3}, {"t1": 0.25, "t2": 1.0, "t3": 0.1, "t5": 1.0})
+    {'higher': 2, 'lower': 0, 'tied': 1, 'p_sign': 0.5}
+    """
+    common = sorted(set(a) & set(b))
+    higher = sum(a[t] > b[t] for t in common)
+    lower = sum(a[t] < b[t] for t in common)
+    return {"higher": higher, "lower": lower, "tied": len(common) - higher - lower, "p_sign": mcnemar_exact(higher, lower)}

@@ -95,7 +95,7 @@ def is_floor(name: str) -> bool:
 
 def check_systems(names) -> None:
     """ValueError naming the unknown systems and the choices."""
-    bad = [s for s in names if s not in SYSTEMS and s not in FLOORS and not s.startswith(STRATEGY_PREFIX)]
+    bad = [s for s in names if s not in SYSTEMS and not is_floor(s)]
     if bad:
         raise ValueError(f"eval.systems has unknown {bad}; choose from {sorted(SYSTEMS) + sorted(FLOORS)} or "
                          f"{STRATEGY_PREFIX}<name> (a strategy expert or rule baseline of the panel's family)")

@@ -177,7 +177,7 @@ def exec_context(env: str, goal: str, observation: str, talent: Optional[TalentV
     build it: the last ``n_history`` (observation, action) pairs of ``past``, every action so far and, with
     ``memory``, the family's memory line of the whole past (``FamilySpec.memory``)."""
     spec = FAMILIES.get(str(env))
-    line = spec.memory(goal, past, observation) if memory and spec is not None and spec.memory is not None else ""
+    line = spec.memory(goal, past, observation, admissible) if memory and spec is not None and spec.memory is not None else ""
     return ExecContext(env=env, goal=goal, observation=observation, talent=talent, skills=skills, memory=line,
                        history=past[-n_history:] if n_history else (), admissible=admissible, obs_chars=obs_chars,
                        actions=[a for _, a in past])

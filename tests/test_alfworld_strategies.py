@@ -176,7 +176,7 @@ def test_the_memory_line_follows_the_agents_own_search(family, games):
     assert policy.prompts and not any("Memory: " in p for p in policy.prompts)
     from talentrl_core.envs import make_family
 
-    with pytest.raises(ValueError, match="textworld has no memory line; families with one: alfworld"):
+    with pytest.raises(ValueError, match="textworld has no memory line; families with one: alfworld, webshop"):
         make_family(EnvConfig(memory=True), family.cache_dir)
 
 

@@ -435,3 +435,29 @@ def test_a_killed_evaluation_resumes_from_its_finished_chunks(shared_data, tmp_p
     calls.clear()
     fail_after[0] = None
     assert evaluate("killed") == whole and calls == [5, 2]
+
+
+def test_memory_line_restates_the_item_page_without_reading_the_instruction(choice_family):
+    from talentrl_core.envs.webshop.memory import memory_line
+    from talentrl_core.prompts import exec_context, execution_messages
+
+    env = choice_family.make()
+    for task in choice_family.tasks("test"):  # the first goal whose first result has two option groups
+        env.reset(task)
+        env.step(env.admissible_actions()[0])
+        env.step(next(a for a in env.admissible_actions() if a.startswith("click[result 1:")))
+        prod = choice_family.shop.products[env.page.asin]
+        if len(prod.options) >= 2:
+            break
+    adm = env.admissible_actions()
+    line = memory_line(env.goal(), [], env.render(), adm)
+    names = list(prod.options)
+    assert line.startswith(f"Memory: item {prod.title}; price ${choice_family.shop.prices[env.page.asin]:.2f}; ")
+    assert line.endswith("; ".join(f"{n}: none" for n in names))
+    value = prod.options[names[1]][-1]
+    obs = env.step(f"click[{value}]").observation
+    assert f"{names[1]}: {value}" in memory_line(env.goal(), [], obs, adm)
+    assert memory_line("another goal", [], obs, adm) == memory_line(env.goal(), [], obs, adm)  # never reads the task
+    ctx = exec_context("webshop", env.goal(), obs, None, (), [], 0, adm, 600, memory=True)
+    assert f"{names[1]}: {value}" in execution_messages(ctx)[1]["content"]
+    assert exec_context("webshop", env.goal(), "WebShop [SEP] Search", None, (), [], 0, ["search[x]"], 600, memory=True).memory == ""

@@ -152,9 +152,10 @@ class FamilySpec:
     "keeps them."
     strategies: Optional[str] = None
     "Module whose import registers the family's strategy experts (``envs.strategies``); None: none."
-    memory: Optional[Callable[[str, Sequence[tuple[str, str]], str], str]] = None
-    "``(goal, past (observation, action) pairs, current observation) → one line`` of what the agent's own past says "
-    "(``env.memory``: ALFWorld's searched / not yet searched receptacles); None: the family has none."
+    memory: Optional[Callable[[str, Sequence[tuple[str, str]], str, Optional[Sequence[str]]], str]] = None
+    "``(goal, past (observation, action) pairs, current observation, admissible commands) → one line`` of what the "
+    "agent's own past and page say (``env.memory``: ALFWorld's searched / not yet searched receptacles, WebShop's "
+    "item page restated); None: the family has none."
     procedure_of: Optional[Callable[[str], Optional[str]]] = None
     "Task type → the procedure it asks for (``library.talents_by=procedure``: one talent per procedure); None: none."
     procedures: Optional[str] = None

@@ -11,7 +11,7 @@ def _procedure_of(task_type):
     return procedure_of(task_type)
 
 
-def _memory(goal, past, observation):
+def _memory(goal, past, observation, admissible=None):
     from .memory import memory_line
 
     return memory_line(goal, past, observation)

@@ -12,7 +12,6 @@ _ASIN = re.compile(r"^b[0-9a-z]{9}$")
 _RESULT = re.compile(r"^result \d+(:|$)")
 
 
-
 def action_template(a: str) -> str:
     """The template of a normalised (lower-cased, single-spaced) command: ``search[{query}]``, a page button as it
     is, ``click[{product}]`` for an ASIN or a result label (``result 3: …``), ``click[{option}]`` for any other click.
@@ -33,6 +32,12 @@ def action_template(a: str) -> str:
     return "click[{product}]" if _ASIN.match(target) or _RESULT.match(target) else "click[{option}]"
 
 
+def _memory(goal, past, observation, admissible=None):
+    from .memory import memory_line
+
+    return memory_line(goal, past, observation, admissible)
+
+
 SPEC = FamilySpec(
     name="webshop",
     factory=lazy_family("talentrl_core.envs.webshop.env:WebShopFamily"),
@@ -47,4 +52,5 @@ SPEC = FamilySpec(
     data_fields=("webshop_products", "webshop_instructions"),
     strategies="talentrl_core.envs.webshop.strategies",
     reports_score=True,
+    memory=_memory,
 )

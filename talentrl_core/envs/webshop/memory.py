@@ -1,0 +1,76 @@
+"""WebShop's memory line (``env.memory``, issue 40): the item page restated so that a small policy sees it whole.
+
+An item page lists every option value first and the product's title and price after them; the execution prompt
+cuts an observation at ``env.obs_chars`` (600), so on about a third of the teacher's item pages the title and price
+are cut away, and which option groups already hold a selection is spread over hundreds of characters. The memory
+line restates, from the page alone: the product's title and price, and per option group its name and its selected
+value or "none". It matches nothing against the instruction (which value to click is left to the policy), and it
+shows nothing the page does not; it is nonetheless a deviation from WebShop's raw text mode (``docs/webshop.md``).
+Other pages get no line.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+_BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
+_SELECTED = " (selected)"
+
+
+def _target(command: str) -> str:
+    return command[command.index("[") + 1:-1] if "[" in command else command
+
+
+def item_page(observation: str, admissible: Sequence[str]) -> Optional[tuple[str, str, list[tuple[str, str]]]]:
+    """(title, price, [(option name, selected value or "")]) of an item page; None on any other page.
+
+    >>> page = ("Instruction: [SEP] red shirt [SEP] Back to Search [SEP] < Prev [SEP] size [SEP] small (selected) "
+    ...         "[SEP] large [SEP] color [SEP] red [SEP] Acme Shirt [SEP] Price: $9.50 [SEP] Rating: N.A. [SEP] "
+    ...         "Description [SEP] Features [SEP] Reviews [SEP] Buy Now")
+    >>> adm = ["click[back to search]", "click[< prev]", "click[small]", "click[large]", "click[red]", "click[buy now]"]
+    >>> item_page(page, adm)
+    ('Acme Shirt', '$9.50', [('size', 'small'), ('color', '')])
+    >>> item_page("Instruction: [SEP] red shirt [SEP] Search", ["search[red shirt]"]) is None
+    True
+    """
+    targets = [_target(a) for a in admissible]
+    if "buy now" not in targets:
+        return None
+    values = {t for t in targets if t not in _BUTTONS}
+    segs = [s.strip() for s in observation.split("[SEP]")]
+    groups: list[tuple[str, str]] = []
+    title = price = ""
+    name: Optional[str] = None
+    for i, seg in enumerate(segs):
+        value = seg.removesuffix(_SELECTED)
+        if value.lower() in values and name is not None:
+            if seg.endswith(_SELECTED):
+                groups[-1] = (name, value)
+        elif i + 1 < len(segs) and segs[i + 1].removesuffix(_SELECTED).lower() in values:
+            name = seg
+            groups.append((seg, ""))
+        elif seg.startswith("Price:"):
+            price = seg.removeprefix("Price:").strip()
+            title = segs[i - 1] if i else ""
+    return title, price, groups
+
+
+def memory_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
+                admissible: Optional[Sequence[str]] = None) -> str:
+    """The memory line of a step: on an item page its title, price and each option group's selection; else "".
+
+    >>> page = ("Instruction: [SEP] red shirt [SEP] Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] large "
+    ...         "(selected) [SEP] Acme Shirt [SEP] Price: $9.50 [SEP] Rating: N.A. [SEP] Description [SEP] Features "
+    ...         "[SEP] Reviews [SEP] Buy Now")
+    >>> memory_line("red shirt", [], page, ["click[small]", "click[large]", "click[buy now]"])
+    'Memory: item Acme Shirt; price $9.50; size: large'
+    >>> memory_line("red shirt", [], page.replace(" (selected)", ""), ["click[small]", "click[large]", "click[buy now]"])
+    'Memory: item Acme Shirt; price $9.50; size: none'
+    """
+    item = item_page(observation, admissible or ())
+    if item is None:
+        return ""
+    title, price, groups = item
+    parts = [f"item {title or 'unnamed'}", f"price {price or 'not shown'}"]
+    parts += [f"{name}: {value or 'none'}" for name, value in groups]
+    return "Memory: " + "; ".join(parts)

@@ -13,12 +13,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-_BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
+from .queries import BUTTONS, click_target
+
 _SELECTED = " (selected)"
-
-
-def _target(command: str) -> str:
-    return command[command.index("[") + 1:-1] if "[" in command else command
 
 
 def item_page(observation: str, admissible: Sequence[str]) -> Optional[tuple[str, str, list[tuple[str, str]]]]:
@@ -33,10 +30,10 @@ def item_page(observation: str, admissible: Sequence[str]) -> Optional[tuple[str
     >>> item_page("Instruction: [SEP] red shirt [SEP] Search", ["search[red shirt]"]) is None
     True
     """
-    targets = [_target(a) for a in admissible]
+    targets = [click_target(a) for a in admissible]
     if "buy now" not in targets:
         return None
-    values = {t for t in targets if t not in _BUTTONS}
+    values = {t for t in targets if t not in BUTTONS}
     segs = [s.strip() for s in observation.split("[SEP]")]
     groups: list[tuple[str, str]] = []
     title = price = ""

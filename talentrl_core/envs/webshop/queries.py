@@ -6,7 +6,8 @@ teacher (``webshop.strategies``): everything here is a function of what the page
   option and price clauses, and its first clause (up to its first ``with``), duplicates dropped, in that order;
 - ``instruction_options``: the ``name: value`` pairs of the instruction's option clause;
 - ``result_label``: how a search result is clicked in choice mode, by its rank and the first words of its visible
-  title (``result 3: acme cotton crew t-shirt …``), instead of by its ASIN.
+  title (``result 3: acme cotton crew t-shirt …``), instead of by its ASIN;
+- ``BUTTONS`` and ``click_target``: a page's fixed buttons, and what a ``click[…]`` command names.
 
 Synthetic instructions read ``<base> with <name>: <value>, and <name>: <value>, and price lower than X dollars``;
 the base never contains a colon, so the option clause starts at the last `` with `` before the first colon.
@@ -17,12 +18,23 @@ from __future__ import annotations
 import re
 from typing import Optional
 
+BUTTONS = frozenset({"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"})
+"The buttons of WebShop's pages (lower-cased): every other click is a result or an option value."
 LABEL_WORDS = 8
 "Title words in a result's click label (choice mode); the rank makes the label unique."
 _PRICE = re.compile(r",? and price lower than [0-9][0-9.,]* dollars\s*$", re.IGNORECASE)
 _OPTIONS = re.compile(r" with [a-z][a-z ]{0,30}: $", re.IGNORECASE)
 _RESULT = re.compile(r"^result (\d+)(?::|$)")
 _WORD = re.compile(r"[a-z0-9]+")
+
+
+def click_target(command: str) -> str:
+    """What a command names: ``click[large]`` → ``large`` (the command itself when it has no brackets).
+
+    >>> click_target("click[< prev]"), click_target("search[red shoes]"), click_target("look")
+    ('< prev', 'red shoes', 'look')
+    """
+    return command[command.index("[") + 1:-1] if "[" in command else command
 STOP = frozenset(
     "a an and the for with of in on to by from at or as is are be this that it its i me my you your find need want "
     "looking buy get please price lower than dollars".split()

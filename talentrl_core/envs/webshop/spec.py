@@ -6,8 +6,8 @@ import re
 
 from ..base import FamilySpec, lazy_family
 from ..syntax import INVALID
+from .queries import BUTTONS
 
-_BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
 _ASIN = re.compile(r"^b[0-9a-z]{9}$")
 _RESULT = re.compile(r"^result \d+(:|$)")
 
@@ -27,7 +27,7 @@ def action_template(a: str) -> str:
     if m.group(1) == "search":
         return "search[{query}]"
     target = m.group(2).strip()
-    if target in _BUTTONS:
+    if target in BUTTONS:
         return f"click[{target}]"
     return "click[{product}]" if _ASIN.match(target) or _RESULT.match(target) else "click[{option}]"
 

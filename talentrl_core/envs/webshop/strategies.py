@@ -24,23 +24,18 @@ import re
 from typing import Optional
 
 from ..strategies import EpisodeView, Strategy, register
-from .queries import instruction_options, label_rank, price_bound, search_candidates, words
+from .queries import BUTTONS, click_target, instruction_options, label_rank, price_bound, search_candidates, words
 
 SEP = " [SEP] "
-_BUTTONS = {"back to search", "next >", "< prev", "buy now", "description", "features", "reviews"}
 _ASIN = re.compile(r"^b[0-9a-z]{9}$")
 _PRICE = re.compile(r"\$\s*([0-9][0-9,]*(?:\.[0-9]+)?)")
 MAX_VISITS = 4
 "Item pages the teacher opens before it settles for the best one: 1 search + 4 × 2 + 1 + 3 options + buy = 14."
 
 
-def _target(command: str) -> str:
-    return command[command.index("[") + 1:-1] if "[" in command else command
-
-
 def _page(view: EpisodeView) -> str:
     """search, results, item or subpage, from the admissible commands alone."""
-    targets = [_target(a) for a in view.admissible]
+    targets = [click_target(a) for a in view.admissible]
     if not targets or all(a.startswith("search[") for a in view.admissible):
         return "search"
     if "buy now" in targets:
@@ -50,7 +45,7 @@ def _page(view: EpisodeView) -> str:
 
 def _results(view: EpisodeView) -> list[str]:
     """The admissible result clicks of a results page (an ASIN or a ``result <n>: …`` label)."""
-    return [t for t in map(_target, view.admissible) if _ASIN.match(t) or label_rank(t) is not None]
+    return [t for t in map(click_target, view.admissible) if _ASIN.match(t) or label_rank(t) is not None]
 
 
 def _shown(view: EpisodeView, target: str) -> tuple[str, Optional[float]]:
@@ -98,7 +93,7 @@ def _visits(view: EpisodeView) -> list[tuple[str, int]]:
     """(result clicked, fit of the item page it opened) since the last search."""
     out: list[tuple[str, int]] = []
     for action, obs in view.transcript:
-        target = _target(action).lower()
+        target = click_target(action).lower()
         if action.lower().startswith("search["):
             out = []
         elif _ASIN.match(target) or label_rank(target) is not None:
@@ -108,7 +103,7 @@ def _visits(view: EpisodeView) -> list[tuple[str, int]]:
 
 def wanted_options(view: EpisodeView) -> list[str]:
     """Option values the instruction names that this item page offers and has not selected yet."""
-    offered = [t for t in map(_target, view.admissible) if t not in _BUTTONS]
+    offered = [t for t in map(click_target, view.admissible) if t not in BUTTONS]
     selected = {s[: -len(" (selected)")] for s in _segments(view.observation) if s.endswith(" (selected)")}
     named = set(instruction_options(view.goal).values())
     return [v for v in offered if v in named and v not in selected]
@@ -124,7 +119,7 @@ def teacher(first: int, by_title: bool):
     def act(view: EpisodeView) -> Optional[str]:
         kind = _page(view)
         if kind == "search":
-            listed = [_target(a) for a in view.admissible]
+            listed = [click_target(a) for a in view.admissible]
             queries = listed or search_candidates(view.goal)
             order = queries[first:] + queries[:first] if first < len(queries) else queries
             return f"search[{order[min(_searches(view), len(order) - 1)]}]"
@@ -165,7 +160,7 @@ _TOKEN = re.compile(r"[a-z0-9]+")
 
 def option_groups(view: EpisodeView) -> list[list[str]]:
     """The item page's option groups, in page order: runs of admissible values between the segments that name them."""
-    offered = {t for t in map(_target, view.admissible) if t not in _BUTTONS}
+    offered = {t for t in map(click_target, view.admissible) if t not in BUTTONS}
     groups: list[list[str]] = [[]]
     for seg in _segments(view.observation):
         value = seg.removesuffix(" (selected)").lower()
@@ -183,7 +178,7 @@ def rule(options: bool):
     def act(view: EpisodeView) -> Optional[str]:
         kind = _page(view)
         if kind == "search":
-            listed = [_target(a) for a in view.admissible]
+            listed = [click_target(a) for a in view.admissible]
             return f"search[{(listed or search_candidates(view.goal))[0]}]"
         if kind == "results":
             results = _results(view)
@@ -191,7 +186,7 @@ def rule(options: bool):
         if kind == "subpage":
             return "click[< prev]"
         if options:
-            want, done = set(_TOKEN.findall(view.goal.lower())), {_target(a).lower() for a, _ in view.transcript}
+            want, done = set(_TOKEN.findall(view.goal.lower())), {click_target(a).lower() for a, _ in view.transcript}
             for group in option_groups(view):
                 match = next((v for v in group if set(_TOKEN.findall(v)) <= want), None)
                 if match is not None and match not in done:

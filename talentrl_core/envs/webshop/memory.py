@@ -13,9 +13,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from .queries import BUTTONS, click_target
-
-_SELECTED = " (selected)"
+from .strategies import item_options, page_kind, page_segments
 
 
 def item_page(observation: str, admissible: Sequence[str]) -> Optional[tuple[str, str, list[tuple[str, str]]]]:
@@ -30,26 +28,12 @@ def item_page(observation: str, admissible: Sequence[str]) -> Optional[tuple[str
     >>> item_page("Instruction: [SEP] red shirt [SEP] Search", ["search[red shirt]"]) is None
     True
     """
-    targets = [click_target(a) for a in admissible]
-    if "buy now" not in targets:
+    if page_kind(admissible) != "item":
         return None
-    values = {t for t in targets if t not in BUTTONS}
-    segs = [s.strip() for s in observation.split("[SEP]")]
-    groups: list[tuple[str, str]] = []
-    title = price = ""
-    name: Optional[str] = None
-    for i, seg in enumerate(segs):
-        value = seg.removesuffix(_SELECTED)
-        if value.lower() in values and name is not None:
-            if seg.endswith(_SELECTED):
-                groups[-1] = (name, value)
-        elif i + 1 < len(segs) and segs[i + 1].removesuffix(_SELECTED).lower() in values:
-            name = seg
-            groups.append((seg, ""))
-        elif seg.startswith("Price:"):
-            price = seg.removeprefix("Price:").strip()
-            title = segs[i - 1] if i else ""
-    return title, price, groups
+    segs = page_segments(observation)
+    at = next((i for i, seg in enumerate(segs) if seg.startswith("Price:")), 0)  # the title stands before the price
+    title, price = (segs[at - 1], segs[at].removeprefix("Price:").strip()) if at else ("", "")
+    return title, price, [(name, selected) for name, _, selected in item_options(observation, admissible)]
 
 
 def memory_line(goal: str, past: Sequence[tuple[str, str]], observation: str,

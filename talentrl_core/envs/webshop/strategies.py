@@ -21,7 +21,7 @@ best title overlap (157), because the index holds the options and description th
 from __future__ import annotations
 
 import re
-from typing import Optional
+from typing import Optional, Sequence
 
 from ..strategies import EpisodeView, Strategy, register
 from .queries import BUTTONS, click_target, instruction_options, label_rank, price_bound, search_candidates, words
@@ -33,10 +33,10 @@ MAX_VISITS = 4
 "Item pages the teacher opens before it settles for the best one: 1 search + 4 × 2 + 1 + 3 options + buy = 14."
 
 
-def _page(view: EpisodeView) -> str:
+def page_kind(admissible: Sequence[str]) -> str:
     """search, results, item or subpage, from the admissible commands alone."""
-    targets = [click_target(a) for a in view.admissible]
-    if not targets or all(a.startswith("search[") for a in view.admissible):
+    targets = [click_target(a) for a in admissible]
+    if not targets or all(a.startswith("search[") for a in admissible):
         return "search"
     if "buy now" in targets:
         return "item"
@@ -74,17 +74,17 @@ def _order(view: EpisodeView, by_title: bool) -> list[str]:
     return [results[i] for i in sorted(range(len(results)), key=lambda i: (-score(i), i))]
 
 
-def _segments(page: str) -> list[str]:
+def page_segments(page: str) -> list[str]:
     return [s.strip() for s in page.split("[SEP]")]
 
 
 def fit(view_goal: str, page: str) -> int:
     """How well an item page fits the instruction: option values it names that the page offers, plus one when the
     shown price is within the bound (the goal product scores ``len(options) + 1``)."""
-    segs = {s.removesuffix(" (selected)") for s in _segments(page)}
+    segs = {s.removesuffix(" (selected)") for s in page_segments(page)}
     named = instruction_options(view_goal).values()
     bound = price_bound(view_goal)
-    price = next((float(m.group(1).replace(",", "")) for s in _segments(page) if s.startswith("Price:")
+    price = next((float(m.group(1).replace(",", "")) for s in page_segments(page) if s.startswith("Price:")
                   for m in [_PRICE.search(s)] if m), None)
     return sum(v in segs for v in named) + int(bound is None or price is None or price <= bound)
 
@@ -104,7 +104,7 @@ def _visits(view: EpisodeView) -> list[tuple[str, int]]:
 def wanted_options(view: EpisodeView) -> list[str]:
     """Option values the instruction names that this item page offers and has not selected yet."""
     offered = [t for t in map(click_target, view.admissible) if t not in BUTTONS]
-    selected = {s[: -len(" (selected)")] for s in _segments(view.observation) if s.endswith(" (selected)")}
+    selected = {s[: -len(" (selected)")] for s in page_segments(view.observation) if s.endswith(" (selected)")}
     named = set(instruction_options(view.goal).values())
     return [v for v in offered if v in named and v not in selected]
 
@@ -117,7 +117,7 @@ def teacher(first: int, by_title: bool):
     """The teacher's ``act``: ``first`` query candidate, results visited in page or title order (``by_title``)."""
 
     def act(view: EpisodeView) -> Optional[str]:
-        kind = _page(view)
+        kind = page_kind(view.admissible)
         if kind == "search":
             listed = [click_target(a) for a in view.admissible]
             queries = listed or search_candidates(view.goal)
@@ -158,17 +158,35 @@ TITLE_ORDER = register(Strategy(
 _TOKEN = re.compile(r"[a-z0-9]+")
 
 
-def option_groups(view: EpisodeView) -> list[list[str]]:
-    """The item page's option groups, in page order: runs of admissible values between the segments that name them."""
-    offered = {t for t in map(click_target, view.admissible) if t not in BUTTONS}
-    groups: list[list[str]] = [[]]
-    for seg in _segments(view.observation):
+def item_options(observation: str, admissible: Sequence[str]) -> list[tuple[str, list[str], str]]:
+    """(name, values, selected value or "") of each option group of an item page, in page order: the runs of
+    admissible values, each named by the segment before it.
+
+    >>> page = "< Prev [SEP] size [SEP] small (selected) [SEP] large [SEP] color [SEP] red [SEP] Acme Shirt"
+    >>> item_options(page, ["click[< prev]", "click[small]", "click[large]", "click[red]", "click[buy now]"])
+    [('size', ['small', 'large'], 'small'), ('color', ['red'], '')]
+    """
+    offered = {t for t in map(click_target, admissible) if t not in BUTTONS}
+    groups: list[tuple[str, list[str], str]] = []
+    name, in_run = "", False
+    for seg in page_segments(observation):
         value = seg.removesuffix(" (selected)").lower()
-        if value in offered:
-            groups[-1].append(value)
-        elif groups[-1]:
-            groups.append([])
-    return [g for g in groups if g]
+        if value not in offered:
+            name, in_run = seg, False
+            continue
+        if not in_run:
+            groups.append((name, [], ""))
+            in_run = True
+        group = groups[-1]
+        group[1].append(value)
+        if seg.endswith(" (selected)"):
+            groups[-1] = (group[0], group[1], value)
+    return groups
+
+
+def option_groups(view: EpisodeView) -> list[list[str]]:
+    """The item page's option groups' values, in page order (``item_options``)."""
+    return [values for _, values, _ in item_options(view.observation, view.admissible)]
 
 
 def rule(options: bool):
@@ -176,7 +194,7 @@ def rule(options: bool):
     group click the first value whose words all occur in the instruction,) buy."""
 
     def act(view: EpisodeView) -> Optional[str]:
-        kind = _page(view)
+        kind = page_kind(view.admissible)
         if kind == "search":
             listed = [click_target(a) for a in view.admissible]
             return f"search[{(listed or search_candidates(view.goal))[0]}]"

@@ -39,24 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-BANK = {
-    "version": 1,
-    "talents": {"textworld": [
-        {"talent_id": "T1", "name": "follow-directions", "when_to_apply": "the task lists moves in order",
-         "strategy": "Do the moves the task lists, one per turn, then take the coin.", "skill_ids": ["s1", "s2"],
-         "task_types": ["tw-coin_collector"]},
-        {"talent_id": "T2", "name": "explore", "when_to_apply": "the way is unknown",
-         "strategy": "Try unexplored exits; never walk straight back.", "skill_ids": ["s3", "s2"]},
-        {"talent_id": "T3", "name": "grab-first", "when_to_apply": "an object is in sight",
-         "strategy": "Take visible objects before moving.", "skill_ids": ["s2"]},
-    ]},
-    "skills": {"textworld": [
-        {"skill_id": "s1", "kind": "general", "title": "Follow directions", "principle": "Go where the task says, in order."},
-        {"skill_id": "s2", "kind": "specific", "title": "Take the coin", "principle": "When you see the coin, take coin.",
-         "task_types": ["tw-coin_collector"]},
-        {"skill_id": "s3", "kind": "mistake", "title": "Going back", "principle": "Walking back the way you came wastes a turn."},
-    ]},
-}
+BANK = json.loads((ROOT / "tests" / "fixtures" / "textworld_bank.json").read_text())  # three talents, three skills
 
 
 def ours(args, cfg, family, knowledge, model_dir, out: Path, flat: bool, **rl):

@@ -2,6 +2,7 @@
 held-out panel, as talent_sft and flat_skillbank (``talentrl_core.evaluation.curve``).
 
     .venv/bin/python -m pipeline.curve experiment=webshop --panel webshop_dev --out docs/results/webshop/curve
+    .venv/bin/python -m pipeline.curve experiment=alfworld --panel alfworld_valid_train --steps 250,500 --out <folder>
 
 Writes ``episodes.jsonl`` (one row per step × system × task) and ``metrics.json`` (success with its Wilson 95%
 interval and score with its bootstrap 95% interval per step) into ``--out``. Use a held-out split, never the test
@@ -25,6 +26,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def add_args(p):
         p.add_argument("--panel", required=True, help="a held-out panel, e.g. webshop_dev")
         p.add_argument("--systems", default=",".join(CURVE_SYSTEMS), help="comma-separated SFT systems")
+        p.add_argument("--steps", type=steps_arg, default=None,
+                       help="comma-separated checkpoint steps to play (default: every saved checkpoint)")
 
     return run_diagnostic("python -m pipeline.curve", __doc__, add_args, curve, argv)
 
@@ -40,7 +43,21 @@ def curve(cfg, args):
     return learning_curve(cfg, args.panel, lambda flat: open_knowledge(lib, flat=flat),
                           lambda ckpt: load_policy(cfg, ckpt, temperature=0.0, name="curve")[0],
                           systems=[s for s in args.systems.split(",") if s], progress=True,
-                          done=earlier_rows(args.out / "episodes.jsonl"))
+                          done=earlier_rows(args.out / "episodes.jsonl"), steps=args.steps)
+
+
+def steps_arg(text: str) -> list[int]:
+    """``--steps 250,500`` as [250, 500]; anything else is named.
+
+    >>> steps_arg("250, 500")
+    [250, 500]
+    """
+    import argparse
+
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--steps wants comma-separated checkpoint steps, e.g. 250,500; got {text!r}")
 
 
 def earlier_rows(path) -> list[dict]:

@@ -409,6 +409,10 @@ def test_a_learning_curve_resumes_and_replays_only_changed_checkpoints(tmp_path,
     loaded.clear()
     run(done=[r for r in again if r["task_id"] != again[0]["task_id"] or r["step"] != 10])  # a point cut short
     assert [Path(c).name for c in loaded] == ["checkpoint-10"]
+    loaded.clear()
+    only, metrics3 = learning_curve(cfg, "qa_nq", lambda flat: None, lambda ckpt: loaded.append(ckpt) or RandomPolicy(0),
+                                    systems=("zero_shot",), log=lambda m: None, steps=[20, 40])  # 40 not saved yet
+    assert [Path(c).name for c in loaded] == ["checkpoint-20"] and [p["step"] for p in metrics3["curve"]["zero_shot"]] == [20]
 
 
 def test_paired_comparisons_test_reward_by_sign_and_hold_the_trained_systems_to_every_floor():

@@ -73,11 +73,13 @@ def reusable(done: Sequence[dict], panel: str, task_ids: Sequence[str]) -> dict[
 
 def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Callable,
                    systems: Sequence[str] = CURVE_SYSTEMS, progress: bool = False,
-                   done: Sequence[dict] = (), log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> tuple[list[dict], dict]:
+                   done: Sequence[dict] = (), log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                   steps: Sequence[int] | None = None) -> tuple[list[dict], dict]:
     """(episode rows, {system: [point per step]}) over every saved SFT checkpoint on ``panel``.
 
     ``knowledge_factory(flat)`` opens the library the SFT trained on; ``load_policy(checkpoint)`` a greedy policy;
-    ``done``: rows of an earlier call, reused where their checkpoint is unchanged (module doc).
+    ``done``: rows of an earlier call, reused where their checkpoint is unchanged (module doc); ``steps``: only
+    these checkpoints (the points a report fixed in advance; a step not saved yet is simply not played).
     """
     from .runner import open_panel
 
@@ -87,6 +89,8 @@ def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Ca
     knowledge = {flat: knowledge_factory(flat) for flat in {SYSTEMS[s].flat for s in systems}}
     kept = reusable(done, panel, [t.task_id for t in tasks])
     for step, ckpt in curve_checkpoints(ArtifactPaths.of(cfg)):
+        if steps is not None and step not in steps:
+            continue
         weights, policy = weights_id(ckpt), None
         for system in systems:
             got = kept.get((step, system, weights))

@@ -27,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--panel", required=True, help="a held-out panel, e.g. webshop_dev")
         p.add_argument("--systems", default=",".join(CURVE_SYSTEMS), help="comma-separated SFT systems")
         p.add_argument("--steps", type=steps_arg, default=None,
-                       help="comma-separated checkpoint steps to play (default: every saved checkpoint)")
+                       help="comma-separated checkpoint steps to play (default: every saved one); kept points of others stay")
 
     return run_diagnostic("python -m pipeline.curve", __doc__, add_args, curve, argv)
 

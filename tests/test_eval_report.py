@@ -413,6 +413,11 @@ def test_a_learning_curve_resumes_and_replays_only_changed_checkpoints(tmp_path,
     only, metrics3 = learning_curve(cfg, "qa_nq", lambda flat: None, lambda ckpt: loaded.append(ckpt) or RandomPolicy(0),
                                     systems=("zero_shot",), log=lambda m: None, steps=[20, 40])  # 40 not saved yet
     assert [Path(c).name for c in loaded] == ["checkpoint-20"] and [p["step"] for p in metrics3["curve"]["zero_shot"]] == [20]
+    loaded.clear()
+    _, metrics4 = learning_curve(cfg, "qa_nq", lambda flat: None, lambda ckpt: loaded.append(ckpt) or RandomPolicy(0),
+                                 systems=("zero_shot",), log=lambda m: None, steps=[30], done=only)
+    assert [Path(c).name for c in loaded] == ["checkpoint-30"]  # the kept point 20 stays in the curve, 10 unplayed
+    assert [p["step"] for p in metrics4["curve"]["zero_shot"]] == [20, 30]
 
 
 def test_paired_comparisons_test_reward_by_sign_and_hold_the_trained_systems_to_every_floor():

@@ -78,8 +78,9 @@ def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Ca
     """(episode rows, {system: [point per step]}) over every saved SFT checkpoint on ``panel``.
 
     ``knowledge_factory(flat)`` opens the library the SFT trained on; ``load_policy(checkpoint)`` a greedy policy;
-    ``done``: rows of an earlier call, reused where their checkpoint is unchanged (module doc); ``steps``: only
-    these checkpoints (the points a report fixed in advance; a step not saved yet is simply not played).
+    ``done``: rows of an earlier call, reused where their checkpoint is unchanged (module doc); ``steps``: play only
+    these checkpoints (the points a report fixed in advance; a step not saved yet is not played), while the kept
+    points of the others stay in the curve.
     """
     from .runner import open_panel
 
@@ -89,13 +90,13 @@ def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Ca
     knowledge = {flat: knowledge_factory(flat) for flat in {SYSTEMS[s].flat for s in systems}}
     kept = reusable(done, panel, [t.task_id for t in tasks])
     for step, ckpt in curve_checkpoints(ArtifactPaths.of(cfg)):
-        if steps is not None and step not in steps:
-            continue
         weights, policy = weights_id(ckpt), None
         for system in systems:
             got = kept.get((step, system, weights))
             if got is not None:
                 log(f"curve: step {step} {system}: {len(got)} episodes kept from the earlier call")
+            elif steps is not None and step not in steps:
+                continue
             else:
                 policy = policy or load_policy(str(ckpt))
                 spec = SYSTEMS[system]

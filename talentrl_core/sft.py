@@ -18,6 +18,7 @@ from typing import Optional, Sequence
 from .checkpoints import Paused, claim_work_dir, commit_staged, model_digest, model_job, newest_sound, step_folders, write_final
 from .config import ModelConfig, SFTConfig
 from .io import disk_full_named, write_json
+from .preemption import stop_signals
 from .sft_data import (SFTData, assistant_mask_by_prefix, build_sft_data, check_cut, execution_samples,  # noqa: F401
                        forced, rendered_flat, routing_label, step_observations, tokenize_sample)
 from .workdir import say
@@ -234,23 +235,28 @@ def training_args(cfg: SFTConfig, model_cfg: ModelConfig, work: Path, max_length
 def sitting(max_minutes: float):
     """A Trainer callback for what belongs to this sitting, not to the job: the checkpoint interval of this call
     (Transformers keeps a resumed checkpoint's ``save_steps`` otherwise) and its wall-clock budget, ``max_minutes``
-    (0: none), past which it checkpoints and stops (``paused_at``: the step); ``train_sft`` then raises ``Paused``
-    instead of writing the model. A budget spent on the last step of a gated warm-up's shortened run is taken for a
-    pause: the rerun finds nothing left to train and writes the model."""
+    (0: none), past which, or at a stop signal (``stop``, ``preemption.py``), it checkpoints and stops (``paused_at``:
+    the step, ``why``: what stopped it); ``train_sft`` then raises ``Paused`` instead of writing the model. A budget
+    spent on the last step of a gated warm-up's shortened run is taken for a pause: the rerun finds nothing left to
+    train and writes the model."""
     from transformers import TrainerCallback
+
+    from .preemption import StopRequest
 
     class Sitting(TrainerCallback):
         def __init__(self):
-            self.t0, self.paused_at = time.time(), None
+            self.t0, self.paused_at, self.why, self.stop = time.time(), None, "", StopRequest()
 
         def on_train_begin(self, args_, state, control, **kw):
             state.save_steps = args_.save_steps
 
         def on_step_end(self, args_, state, control, **kw):
-            if max_minutes and over_anywhere(time.time() - self.t0 > max_minutes * 60) and state.global_step < state.max_steps:
+            late = bool(max_minutes) and time.time() - self.t0 > max_minutes * 60
+            if over_anywhere(late or self.stop.name is not None) and state.global_step < state.max_steps:
                 control.should_training_stop = True
                 control.should_save = True
                 self.paused_at = state.global_step
+                self.why = self.stop.name or (f"sft.max_minutes={max_minutes:g}" if late else "a stop on another process")
 
     return Sitting()
 
@@ -345,10 +351,11 @@ def train_sft(
     if gate is not None:
         gate.restore(resume)
     t0 = time.time()
-    result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
+    with stop_signals("sft", clock.stop):
+        result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if clock.paused_at is not None:
         raise Paused(f"sft paused at step {trainer.state.global_step} of {trainer.state.max_steps} after "
-                     f"sft.max_minutes={cfg.max_minutes:g} (checkpoint in {work}); run the same command to resume")
+                     f"{clock.why} (checkpoint in {work}); run the same command to resume")
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     final = trainer.model.merge_and_unload() if model_cfg.lora else trainer.model
     for p in final.parameters():

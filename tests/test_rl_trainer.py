@@ -627,6 +627,25 @@ def test_rl_accelerator_ignores_a_bf16_state_left_in_the_process():
     assert acc.mixed_precision == "no" and not acc.native_amp
 
 
+def test_a_stop_signal_pauses_rl_after_the_update_in_progress(env_cfg, family, tiny, tmp_path):
+    """SIGUSR1 (Slurm's notice before a time limit) or SIGTERM during an update: the update finishes, is
+    checkpointed, and the run pauses naming the signal; the resume is the budget pause's (test below)."""
+    from talentrl_core.checkpoints import Paused
+    from talentrl_core.tracking import NullTracker
+
+    class StopFromOutside(NullTracker):
+        def log(self, metrics, step=None):
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+    cfg = make_cfg(env_cfg, tmp_path, steps=3, tasks_per_step=1, group_size=4, checkpoint_every=0, keep_checkpoints=0)
+    before = signal.getsignal(signal.SIGUSR1)
+    with pytest.raises(Paused, match=r"rl paused at update 1 of 3 after SIGUSR1 \(checkpoint in "):
+        train_rl(cfg, family, StaticKnowledge.from_dict(BANK), tiny, tmp_path / "B", tracker=StopFromOutside(),
+                 progress=False)
+    assert signal.getsignal(signal.SIGUSR1) is before
+    assert not (tmp_path / "B").exists() and (tmp_path / "B.work" / "checkpoint-1").is_dir()
+
+
 def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_weights(env_cfg, family, tiny, tmp_path):
     """``rl.max_minutes`` is a sitting's budget, as SFT's: past it the run checkpoints the update it finished and raises
     ``Paused`` with no final model; the same job (the budget is not part of it) resumes and ends on the weights of an

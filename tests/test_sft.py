@@ -339,3 +339,36 @@ def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_
     assert sorted(p.name for p in (tmp_path / "sft.work").glob("checkpoint-*")) == [f"checkpoint-{n}" for n in (1, 2, 4)]
     ref, after = load_file(tmp_path / "ref" / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
     assert all(torch.equal(ref[k], after[k]) for k in ref)
+
+
+def test_a_stop_signal_checkpoints_the_step_in_progress_and_resumes_to_the_same_weights(world, tmp_path, shared_data):
+    """SIGTERM during training (``kill``, a scheduler's stop, a machine shutting down) pauses the run as a spent
+    budget does: the step in progress is checkpointed, ``Paused`` names the signal, no final model is written, the
+    handler that was there is back; the same command resumes to the weights of an undisturbed run."""
+    import os
+    import signal
+
+    from safetensors.torch import load_file
+
+    from talentrl_core.checkpoints import Paused
+
+    fam, tasks, trajs, knowledge = world
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
+    base = build_tiny(SMALL, tmp_path / "base", shared_data)
+    cfg = SFTConfig(max_steps=4, lr=3e-3, warmup_steps=1, batch_size=8, save_steps=4, keep_checkpoints=0)
+    train_sft(data, str(base), tmp_path / "ref", cfg, SMALL)
+
+    class StopFromOutside:  # the signal arrives while step 1 is being logged
+        def log(self, metrics, step):
+            if step == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Paused, match=r"sft paused at step 2 of 4 after SIGTERM \(checkpoint in "):
+        train_sft(data, str(base), tmp_path / "sft", cfg, SMALL, tracker=StopFromOutside())
+    assert signal.getsignal(signal.SIGTERM) is before and not (tmp_path / "sft").exists()
+    assert [p.name for p in (tmp_path / "sft.work").glob("checkpoint-*")] == ["checkpoint-2"]
+    info = train_sft(data, str(base), tmp_path / "sft", cfg, SMALL)
+    assert info["resumed_from"].endswith("checkpoint-2") and info["steps"] == 4
+    ref, after = load_file(tmp_path / "ref" / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
+    assert all(torch.equal(ref[k], after[k]) for k in ref)

@@ -89,13 +89,15 @@ class RunFiles:
         self.acc.wait_for_everyone()
 
 
-def past_budget(acc, max_minutes: float, t0: float) -> bool:
-    """Whether this sitting's wall-clock budget (``rl.max_minutes``, 0: none) since ``t0`` is spent on any process, so
+def past_budget(acc, max_minutes: float, t0: float, stopped: Optional[str] = None) -> str:
+    """Why this sitting ends after this update ('' while it goes on): a stop signal (``stopped``, its name;
+    ``preemption.py``) or the wall-clock budget (``rl.max_minutes``, 0: none) since ``t0`` spent, on any process, so
     that all of them stop after the same update."""
     import time
 
     from .update import reduce_sum
 
-    if not max_minutes:
-        return False
-    return reduce_sum(acc, {"over": float(time.time() - t0 > max_minutes * 60)})["over"] > 0
+    late = bool(max_minutes) and time.time() - t0 > max_minutes * 60
+    if reduce_sum(acc, {"over": float(late or bool(stopped))})["over"] == 0:
+        return ""
+    return stopped or (f"rl.max_minutes={max_minutes:g}" if late else "a stop on another process")

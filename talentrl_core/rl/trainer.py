@@ -69,6 +69,7 @@ from ..io import write_json
 from ..models import weights_digest
 from ..precision import autocast
 from ..rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
+from ..preemption import stop_signals
 from ..threads import follow_free_cpus
 from ..tracking import NullTracker, redact
 from . import routing
@@ -110,8 +111,7 @@ class RLTrainer:
 
         self.cfg, self.rl = cfg, cfg.rl
         self.family, self.knowledge = family, knowledge
-        self.init_checkpoint = str(init_checkpoint)
-        self.out_dir = Path(out_dir)
+        self.init_checkpoint, self.out_dir = str(init_checkpoint), Path(out_dir)
         check_config(cfg)
         if self.rl.evolve_every > 0:
             from .evolve import library_of
@@ -374,18 +374,19 @@ class RLTrainer:
         start = self.maybe_resume()
         bar = tqdm(total=self.rl.steps, initial=start, desc="rl" + ("-flat" if self.flat else ""), disable=not self.progress)
         try:
-            for step in range(start, self.rl.steps):
-                m = self.train_step(step)
-                self.history.append({"step": step + 1, **m})
-                self.tracker.log(m, step=step + 1)
-                bar.update(1)
-                bar.set_postfix(reward=f"{m['rollout/reward']:.3f}", succ=f"{m['rollout/success']:.2f}")
-                if step + 1 < self.rl.steps and past_budget(self.acc, self.rl.max_minutes, started or t0):
-                    self.save_checkpoint(step + 1)
-                    raise Paused(f"rl paused at update {step + 1} of {self.rl.steps} after rl.max_minutes="
-                                 f"{self.rl.max_minutes:g} (checkpoint in {self.files.work_dir}); run the same command to resume")
-                if self.rl.checkpoint_every and (step + 1) % self.rl.checkpoint_every == 0 and step + 1 < self.rl.steps:
-                    self.save_checkpoint(step + 1)
+            with stop_signals(self.stage) as stop:
+                for step in range(start, self.rl.steps):
+                    m = self.train_step(step)
+                    self.history.append({"step": step + 1, **m})
+                    self.tracker.log(m, step=step + 1)
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{m['rollout/reward']:.3f}", succ=f"{m['rollout/success']:.2f}")
+                    if step + 1 < self.rl.steps and (why := past_budget(self.acc, self.rl.max_minutes, started or t0, stop.name)):
+                        self.save_checkpoint(step + 1)
+                        raise Paused(f"rl paused at update {step + 1} of {self.rl.steps} after {why} (checkpoint in "
+                                     f"{self.files.work_dir}); run the same command to resume")
+                    if self.rl.checkpoint_every and (step + 1) % self.rl.checkpoint_every == 0 and step + 1 < self.rl.steps:
+                        self.save_checkpoint(step + 1)
         finally:
             bar.close()
             if self._goal_env is not None:

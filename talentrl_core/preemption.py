@@ -1,0 +1,71 @@
+"""A stop asked from outside: a training stage that receives SIGTERM or SIGUSR1 checkpoints the step (SFT) or update
+(RL) it is in and pauses, as at its time budget (``checkpoints.Paused``, exit 75); the same command resumes it.
+
+SIGTERM is how a process is asked to end: ``kill``, ``timeout``, Kubernetes and Docker before SIGKILL, a machine
+shutting down, Slurm at a job's time limit; SIGUSR1 is the notice Slurm sends ``--signal=USR1@<seconds>`` before it
+(the convention of Lightning's auto-requeue). Without this a stop loses every step since the last checkpoint (up to
+``sft.save_steps`` of them). A second signal acts as it would without the handler (by default the process ends at
+once), so a stop that must not wait for a step is one more ``kill`` away. SIGINT (Ctrl-C) is left alone.
+
+    with stop_signals() as stop:
+        for step in ...:
+            ...
+            if stop.name:
+                save a checkpoint; raise Paused(...)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from typing import Iterator, Optional
+
+STOP_SIGNALS = ("SIGTERM", "SIGUSR1")
+"The signals taken as a request to checkpoint and stop (those this platform has)."
+
+
+class StopRequest:
+    """``name``: the signal that asked this process to stop (``"SIGTERM"``), None while none has."""
+
+    def __init__(self) -> None:
+        self.name: Optional[str] = None
+
+
+@contextlib.contextmanager
+def stop_signals(stage: str, request: Optional[StopRequest] = None) -> Iterator[StopRequest]:
+    """While inside, the first of ``STOP_SIGNALS`` sets ``request.name`` (and says so on stderr, naming ``stage``);
+    a second runs the handler that was there before. The handlers are restored on the way out. Outside the main
+    thread (where Python cannot install handlers) nothing is installed and the request stays empty."""
+    request = request or StopRequest()
+    if threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    before: dict[int, object] = {}
+
+    def handler(signum, frame):
+        if request.name is None:
+            request.name = signal.Signals(signum).name
+            print(f"{stage}: {request.name} received: checkpointing the step in progress, then stopping "
+                  f"(send it again to stop at once)", file=sys.stderr, flush=True)
+            return
+        previous = before[signum]
+        signal.signal(signum, previous)
+        if callable(previous):
+            previous(signum, frame)
+        else:
+            os.kill(os.getpid(), signum)  # the default action (or none, where it was ignored)
+
+    for name in STOP_SIGNALS:
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous = signal.getsignal(sig)
+            before[sig] = signal.SIG_DFL if previous is None else previous
+            signal.signal(sig, handler)
+    try:
+        yield request
+    finally:
+        for sig, previous in before.items():
+            signal.signal(sig, previous)

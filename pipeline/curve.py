@@ -7,7 +7,8 @@ held-out panel, as talent_sft and flat_skillbank (``talentrl_core.evaluation.cur
 Writes ``episodes.jsonl`` (one row per step × system × task) and ``metrics.json`` (success with its Wilson 95%
 interval and score with its bootstrap 95% interval per step) into ``--out``. Use a held-out split, never the test
 panel: the curve sizes the run. Run it again into the same ``--out`` while SFT goes on: points whose checkpoint is
-unchanged are kept from the ``episodes.jsonl`` there, only new checkpoints are played.
+unchanged are kept from the ``episodes.jsonl`` there, only new checkpoints are played; a point stopped midway keeps
+its finished chunks of 64 tasks (``<artifacts_dir>/curve.work``, removed once the curve is written).
 """
 
 from __future__ import annotations
@@ -29,7 +30,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--steps", type=steps_arg, default=None,
                        help="comma-separated checkpoint steps to play (default: every saved one); kept points of others stay")
 
-    return run_diagnostic("python -m pipeline.curve", __doc__, add_args, curve, argv)
+    return run_diagnostic("python -m pipeline.curve", __doc__, add_args, curve, argv,
+                          after=lambda cfg, args: point_chunks(cfg).clear())
+
+
+def point_chunks(cfg):
+    """Where the finished chunks of a curve point wait until the curve is written: ``<artifacts_dir>/curve.work``."""
+    from talentrl_core.evaluation.resume import ChunkCache
+    from talentrl_core.paths import ArtifactPaths
+
+    return ChunkCache(ArtifactPaths.of(cfg).root / "curve")
 
 
 def curve(cfg, args):
@@ -43,7 +53,7 @@ def curve(cfg, args):
     return learning_curve(cfg, args.panel, lambda flat: open_knowledge(lib, flat=flat),
                           lambda ckpt: load_policy(cfg, ckpt, temperature=0.0, name="curve")[0],
                           systems=[s for s in args.systems.split(",") if s], progress=True,
-                          done=earlier_rows(args.out / "episodes.jsonl"), steps=args.steps)
+                          done=earlier_rows(args.out / "episodes.jsonl"), steps=args.steps, cache=point_chunks(cfg))
 
 
 def steps_arg(text: str) -> list[int]:

@@ -373,6 +373,45 @@ def test_learning_curve_reads_every_saved_sft_checkpoint_by_step(tmp_path):
     assert [s for s, _ in curve_checkpoints(paths)] == [20, 100, 300]
 
 
+def test_a_curve_point_stopped_midway_plays_only_its_unfinished_chunks_again(tmp_path, shared_data, monkeypatch):
+    """A point is played in chunks, each kept as it finishes: stopped in its second chunk, the rerun reads the first
+    back and plays the rest; the CLI removes the chunks once the curve is written (``pipeline.curve``)."""
+    from talentrl_core.evaluation import curve as curve_mod
+    from talentrl_core.evaluation.resume import ChunkCache
+    from talentrl_core.paths import ArtifactPaths
+    from talentrl_core.policies import RandomPolicy
+
+    from pipeline.config import load_config
+
+    cfg = load_config(["env=qa", f"artifacts_dir={tmp_path}", f"data_dir={shared_data}", "eval.n_per_panel=3"])
+    work = ArtifactPaths.of(cfg).sft_checkpoint.with_name("sft.work") / "checkpoint-10"
+    work.mkdir(parents=True)
+    (work / "config.json").write_text("{}"), (work / "model.safetensors").write_bytes(b"a")
+    monkeypatch.setattr(curve_mod, "CHUNK", 2)
+    real, played, stop = curve_mod.run_episodes, [], [True]
+
+    def stopped_in_the_second_chunk(make, specs, *a, **kw):
+        played.append([s.task.task_id for s in specs])
+        if stop[0] and len(played) == 2:
+            raise KeyboardInterrupt
+        return real(make, specs, *a, **kw)
+
+    monkeypatch.setattr(curve_mod, "run_episodes", stopped_in_the_second_chunk)
+    cache = ChunkCache(tmp_path / "curve")
+
+    def run():
+        return curve_mod.learning_curve(cfg, "qa_nq", lambda flat: None, lambda ckpt: RandomPolicy(0),
+                                        systems=("zero_shot",), log=lambda m: None, cache=cache)
+
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    first = [json.loads(p.read_text())["rows"] for p in sorted(cache.root.rglob("*.json"))]
+    assert len(first) == 1 and len(first[0]) == 2
+    stop[0], played[:] = False, []
+    rows, metrics = run()
+    assert [len(p) for p in played] == [1] and rows[:2] == first[0] and metrics["curve"]["zero_shot"][0]["n"] == 3
+
+
 def test_a_learning_curve_resumes_and_replays_only_changed_checkpoints(tmp_path, shared_data):
     """A second call into the same rows keeps every point whose checkpoint is unchanged and plays the rest: a new
     checkpoint, and one whose weights changed under the same step (a rerun SFT), never the stale rows."""

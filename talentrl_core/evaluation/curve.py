@@ -8,11 +8,13 @@ that is not the test panel (WebShop: ``webshop_dev``, ``env.webshop_n_dev``), or
 
 A curve resumes: rows of an earlier call (``done``) are kept for every (step, system) whose checkpoint still has the
 same weights (``checkpoints.model_digest``) and whose tasks are the panel's, so a curve read while SFT runs plays
-only the checkpoints saved since (ALFWorld: tens of minutes a point on 2 cores).
+only the checkpoints saved since (ALFWorld: tens of minutes a point on 2 cores). Inside a point the tasks are played
+in chunks of ``resume.CHUNK``, each kept as it finishes (``cache``), so a stopped point loses one chunk at most.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import sys
@@ -22,6 +24,7 @@ from typing import Callable, Sequence
 from ..checkpoints import model_digest, step_folders
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, run_episodes
+from .resume import CHUNK, ChunkCache, chunk_key
 from ..systems import SYSTEMS
 from .stats import bootstrap_ci, wilson_ci
 
@@ -74,13 +77,13 @@ def reusable(done: Sequence[dict], panel: str, task_ids: Sequence[str]) -> dict[
 def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Callable,
                    systems: Sequence[str] = CURVE_SYSTEMS, progress: bool = False,
                    done: Sequence[dict] = (), log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
-                   steps: Sequence[int] | None = None) -> tuple[list[dict], dict]:
+                   steps: Sequence[int] | None = None, cache: ChunkCache | None = None) -> tuple[list[dict], dict]:
     """(episode rows, {system: [point per step]}) over every saved SFT checkpoint on ``panel``.
 
     ``knowledge_factory(flat)`` opens the library the SFT trained on; ``load_policy(checkpoint)`` a greedy policy;
     ``done``: rows of an earlier call, reused where their checkpoint is unchanged (module doc); ``steps``: play only
     these checkpoints (the points a report fixed in advance; a step not saved yet is not played), while the kept
-    points of the others stay in the curve.
+    points of the others stay in the curve; ``cache``: where finished chunks of a point are kept (module doc).
     """
     from .runner import open_panel
 
@@ -90,7 +93,7 @@ def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Ca
     knowledge = {flat: knowledge_factory(flat) for flat in {SYSTEMS[s].flat for s in systems}}
     kept = reusable(done, panel, [t.task_id for t in tasks])
     for step, ckpt in curve_checkpoints(ArtifactPaths.of(cfg)):
-        weights, policy = weights_id(ckpt), None
+        weights, policy_of = weights_id(ckpt), functools.cache(functools.partial(load_policy, str(ckpt)))  # loaded once, if played
         for system in systems:
             got = kept.get((step, system, weights))
             if got is not None:
@@ -98,16 +101,35 @@ def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Ca
             elif steps is not None and step not in steps:
                 continue
             else:
-                policy = policy or load_policy(str(ckpt))
                 spec = SYSTEMS[system]
                 kn = knowledge[spec.flat] if spec.use_skills or spec.routing != "none" else NoKnowledge()
-                specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills,
-                                     seed=cfg.eval.seed * 100003 + i) for i, t in enumerate(tasks)]
-                trajs = run_episodes(family.make, specs, policy, settings, kn, cfg.collect.batch_size, progress)
-                got = [{"step": step, "system": system, "weights": weights, "panel": panel, "task_id": t.task_id,
-                        "task_type": t.task_type, "success": bool(t.success), "reward": float(t.final_reward),
-                        "n_steps": t.n_steps, "n_invalid": t.n_invalid, "error": bool(t.error), "talent": t.talent_id}
-                       for t in trajs]
+                got = play_point(cfg, (family, tasks, settings), spec, kn, policy_of, cache, progress,
+                                 {"step": step, "system": system, "weights": weights, "panel": panel})
             rows += got
             curve[system].append({"step": step, **point(got, cfg.eval.seed)})
     return rows, {"panel": panel, "n_tasks": len(tasks), "curve": curve}
+
+
+def play_point(cfg, panel: tuple, spec, knowledge, policy_of: Callable, cache: ChunkCache | None, progress: bool,
+               meta: dict) -> list[dict]:
+    """The rows of one (step, system) on ``panel`` (family, tasks, rollout settings), in chunks of ``CHUNK`` tasks;
+    a chunk kept in ``cache`` under the same key (the point's ``meta``: step, system, weights, panel; its tasks, the
+    seed, the settings) is read back, the others are played (``policy_of()`` loads the policy once) and kept."""
+    family, tasks, settings = panel
+    rows: list[dict] = []
+    name = f"{meta['system']}-step{meta['step']}"
+    for start in range(0, len(tasks), CHUNK):
+        chunk = tasks[start:start + CHUNK]
+        key = chunk_key(**meta, seed=cfg.eval.seed, settings=settings, tasks=[t.task_id for t in chunk])
+        got = cache.get(meta["panel"], name, 0, start, key) if cache is not None else None
+        if got is None:
+            specs = [EpisodeSpec(t, routing=spec.routing, use_skills=spec.use_skills,
+                                 seed=cfg.eval.seed * 100003 + start + i) for i, t in enumerate(chunk)]
+            trajs = run_episodes(family.make, specs, policy_of(), settings, knowledge, cfg.collect.batch_size, progress)
+            got = {"rows": [{**meta, "task_id": t.task_id, "task_type": t.task_type, "success": bool(t.success),
+                             "reward": float(t.final_reward), "n_steps": t.n_steps, "n_invalid": t.n_invalid,
+                             "error": bool(t.error), "talent": t.talent_id} for t in trajs]}
+            if cache is not None:
+                cache.put(meta["panel"], name, 0, start, key, got["rows"], {})
+        rows += got["rows"]
+    return rows

@@ -7,11 +7,14 @@ shutting down, Slurm at a job's time limit; SIGUSR1 is the notice Slurm sends ``
 ``sft.save_steps`` of them). A second signal acts as it would without the handler (by default the process ends at
 once), so a stop that must not wait for a step is one more ``kill`` away. SIGINT (Ctrl-C) is left alone.
 
-    with stop_signals() as stop:
+    with stop_signals("sft") as stop:
         for step in ...:
             ...
             if stop.name:
                 save a checkpoint; raise Paused(...)
+
+The contexts nest: inside an outer one (the ``rl`` stage around its two systems) an inner one shares its request, so
+a signal that came during the last update of the first system stops the second after its first update.
 """
 
 from __future__ import annotations
@@ -34,15 +37,20 @@ class StopRequest:
         self.name: Optional[str] = None
 
 
+_ACTIVE: list[StopRequest] = []
+"The request of the outermost ``stop_signals`` context open in this process (at most one)."
+
+
 @contextlib.contextmanager
-def stop_signals(stage: str, request: Optional[StopRequest] = None) -> Iterator[StopRequest]:
-    """While inside, the first of ``STOP_SIGNALS`` sets ``request.name`` (and says so on stderr, naming ``stage``);
-    a second runs the handler that was there before. The handlers are restored on the way out. Outside the main
-    thread (where Python cannot install handlers) nothing is installed and the request stays empty."""
-    request = request or StopRequest()
-    if threading.current_thread() is not threading.main_thread():
-        yield request
+def stop_signals(stage: str) -> Iterator[StopRequest]:
+    """While inside, the first of ``STOP_SIGNALS`` sets the yielded request's ``name`` (and says so on stderr, naming
+    ``stage``); a second runs the handler that was there before. The handlers are restored on the way out. Inside an
+    outer context the outer request is yielded and nothing is installed again; outside the main thread (where Python
+    cannot install handlers) nothing is installed and the request stays empty."""
+    if _ACTIVE or threading.current_thread() is not threading.main_thread():
+        yield _ACTIVE[0] if _ACTIVE else StopRequest()
         return
+    request = StopRequest()
     before: dict[int, object] = {}
 
     def handler(signum, frame):
@@ -64,8 +72,10 @@ def stop_signals(stage: str, request: Optional[StopRequest] = None) -> Iterator[
             previous = signal.getsignal(sig)
             before[sig] = signal.SIG_DFL if previous is None else previous
             signal.signal(sig, handler)
+    _ACTIVE.append(request)
     try:
         yield request
     finally:
+        _ACTIVE.clear()
         for sig, previous in before.items():
             signal.signal(sig, previous)

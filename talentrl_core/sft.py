@@ -351,7 +351,7 @@ def train_sft(
     if gate is not None:
         gate.restore(resume)
     t0 = time.time()
-    with stop_signals("sft", clock.stop):
+    with stop_signals("sft") as clock.stop:
         result = trainer.train(resume_from_checkpoint=str(resume) if resume else None)
     if clock.paused_at is not None:
         raise Paused(f"sft paused at step {trainer.state.global_step} of {trainer.state.max_steps} after "

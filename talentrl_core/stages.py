@@ -324,9 +324,12 @@ def rl_both(cfg: TalentRLConfig, systems: tuple[str, ...] = RL_SYSTEMS) -> dict:
         raise ValueError(f"rl: unknown system(s) {sorted(unknown)}; choose from {list(RL_SYSTEMS)}")
     import dataclasses
 
+    from .preemption import stop_signals
+
     flat = dataclasses.replace(cfg, rl=cfg.rl.as_flat_baseline())
     started = time.time()  # one sitting for both systems: rl.max_minutes bounds the stage, not each system
-    return {system: rl(flat if SYSTEMS[system].flat else cfg, started) for system in RL_SYSTEMS if system in systems}
+    with stop_signals("rl"):  # and one stop request: a SIGTERM in the first system's last update stops the second
+        return {system: rl(flat if SYSTEMS[system].flat else cfg, started) for system in RL_SYSTEMS if system in systems}
 
 
 def evaluate(cfg: TalentRLConfig) -> dict:

@@ -42,3 +42,20 @@ def test_handlers_are_put_back_and_nothing_is_installed_off_the_main_thread():
     t = threading.Thread(target=off_main)
     t.start(), t.join()
     assert got == {"handler": before, "name": None}
+
+
+def test_nested_contexts_share_the_outer_request():
+    """The rl stage holds one request around both systems: a signal in the first system's loop still stops the
+    second's."""
+    before = signal.getsignal(signal.SIGTERM)
+    with stop_signals("rl") as outer:
+        installed = signal.getsignal(signal.SIGTERM)
+        with stop_signals("rl") as first:
+            assert first is outer and signal.getsignal(signal.SIGTERM) is installed
+            os.kill(os.getpid(), signal.SIGTERM)
+        with stop_signals("rl_flat_grpo") as second:
+            assert second is outer and second.name == "SIGTERM"
+        assert signal.getsignal(signal.SIGTERM) is installed
+    assert signal.getsignal(signal.SIGTERM) is before
+    with stop_signals("sft") as fresh:
+        assert fresh is not outer and fresh.name is None

@@ -1,5 +1,5 @@
-"""kill -9 trials: every stage (collect, distill, SFT, RL) killed during its work and at its checkpoint writes,
-then re-run with the same command, ends with the result an uninterrupted run gives (Parquet rows, library
+"""kill -9 trials: every stage (collect, distill, SFT, RL) killed during its work and at its checkpoint writes (and
+SFT and RL stopped by SIGTERM), then re-run with the same command, ends with the result an uninterrupted run gives (Parquet rows, library
 content, weights tensor by tensor). Slow (about 10 minutes on 2 cores): ``make test-all``.
 
 Each trial runs the real CLI (``python -m pipeline.run <stage> ...``) on a tiny TextWorld configuration in its own
@@ -40,6 +40,7 @@ TINY = [
     "experiment=demo", "env.train_seeds=[1,6]", "collect.random_episodes=4", "collect.workers=1",
     "model.hidden_size=32", "model.num_hidden_layers=2", "model.num_attention_heads=2", "model.num_key_value_heads=1",
     "model.intermediate_size=64", "model.vocab_size=600",
+    "model.threads=1",  # a fixed thread count: the governor's count follows the load and changes float summation order
     "sft.max_steps=12", "sft.save_steps=2", "sft.batch_size=4", "sft.micro_batch_size=4", "sft.warmup_steps=2",
     "rl.steps=4", "rl.tasks_per_step=1", "rl.group_size=4", "rl.checkpoint_every=1", "rl.keep_checkpoints=0",
     "tracker.mode=disabled",
@@ -49,7 +50,10 @@ TIMED_FROM_BAR = {"collect", "sft", "rl"}
 # (stage, kill moment): "t=<share>" after that share of the reference stage's duration, "write" while a checkpoint
 # or output is being written (its staging folder exists)
 TRIALS = [(s, m) for s in STAGES for m in ("t=0.3", "t=0.5", "t=0.7", "t=0.9")] + \
-         [("sft", "write"), ("sft", "write"), ("rl", "write"), ("rl", "write"), ("distill", "write"), ("collect", "write")]
+         [("sft", "write"), ("sft", "write"), ("rl", "write"), ("rl", "write"), ("distill", "write"), ("collect", "write")] + \
+         [("sft", "term=0.5"), ("rl", "term=0.5")]
+# "term=<share>": SIGTERM instead of SIGKILL (talentrl_core/preemption.py): the stage checkpoints the step or update in
+# progress and exits 75 (paused); the rerun ends as an uninterrupted run
 
 
 def _env() -> dict:
@@ -99,14 +103,14 @@ def _writing(stage: str, art: Path) -> bool:
 def _kill_during(stage: str, art: Path, moment: str, timing: tuple[float, float], share_scale: float,
                  rng: random.Random) -> str:
     """Start the stage and SIGKILL it: ``t=<share>`` that share of the reference's work after its first progress
-    bar (or of its whole run when it shows none), ``write`` the moment a staging folder appears. Returns what
-    happened ("finished" when the stage ended first)."""
+    bar (or of its whole run when it shows none), ``write`` the moment a staging folder appears; ``term=<share>``
+    SIGTERM at that share, which must end in exit 75. Returns what happened ("finished" when the stage ended first)."""
     setup, work = timing
     proc = subprocess.Popen(_cmd(stage, art), cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen = _started(proc)
     t0 = time.time()
-    if moment.startswith("t="):
-        delay = work * float(moment[2:]) * share_scale * rng.uniform(0.9, 1.1)
+    if moment.startswith(("t=", "term=")):
+        delay = work * float(moment.split("=")[1]) * share_scale * rng.uniform(0.9, 1.1)
         while setup and proc.poll() is None and seen["work"] is None and time.time() - t0 < setup * 3 + 5:
             time.sleep(0.01)
         deadline = (seen["work"] or t0) + delay
@@ -116,9 +120,11 @@ def _kill_during(stage: str, art: Path, moment: str, timing: tuple[float, float]
         while proc.poll() is None and not _writing(stage, art) and time.time() - t0 < (setup + work) * 2:
             time.sleep(0.002)
     alive = proc.poll() is None
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    return f"killed at {time.time() - t0:.1f}s" if alive else "finished"
+    proc.send_signal(signal.SIGTERM if moment.startswith("term=") else signal.SIGKILL)
+    rc = proc.wait()
+    if alive and moment.startswith("term="):
+        assert rc == 75, f"{stage} exited {rc} after SIGTERM, not 75 (paused)"
+    return f"signalled at {time.time() - t0:.1f}s (exit {rc})" if alive else "finished"
 
 
 def _result(stage: str, art: Path):

@@ -67,7 +67,7 @@ def steps_arg(text: str) -> list[int]:
     try:
         return [int(s) for s in text.split(",") if s.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--steps wants comma-separated checkpoint steps, e.g. 250,500; got {text!r}")
+        raise argparse.ArgumentTypeError(f"--steps wants comma-separated checkpoint steps, e.g. 250,500; got {text!r}") from None
 
 
 def earlier_rows(path) -> list[dict]:

@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 from ..checkpoints import model_digest, step_folders
 from ..paths import ArtifactPaths
 from ..rollout import EpisodeSpec, NoKnowledge, run_episodes
-from .resume import CHUNK, ChunkCache, chunk_key
 from ..systems import SYSTEMS
+from .resume import CHUNK, ChunkCache, chunk_key
 from .stats import bootstrap_ci, wilson_ci
 
 CURVE_SYSTEMS = ("talent_sft", "flat_skillbank")
@@ -93,6 +93,8 @@ def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Ca
     knowledge = {flat: knowledge_factory(flat) for flat in {SYSTEMS[s].flat for s in systems}}
     kept = reusable(done, panel, [t.task_id for t in tasks])
     for step, ckpt in curve_checkpoints(ArtifactPaths.of(cfg)):
+        if steps is not None and step not in steps and not any(k[0] == step for k in kept):
+            continue  # neither played nor kept: its weights need no hashing
         weights, policy_of = weights_id(ckpt), functools.cache(functools.partial(load_policy, str(ckpt)))  # loaded once, if played
         for system in systems:
             got = kept.get((step, system, weights))

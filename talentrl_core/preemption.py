@@ -30,6 +30,16 @@ STOP_SIGNALS = ("SIGTERM", "SIGUSR1")
 "The signals taken as a request to checkpoint and stop (those this platform has)."
 
 
+def stop_reason(signal_name: Optional[str], late: bool, budget: str) -> str:
+    """What ended a sitting, for its ``Paused`` line: the signal, else the spent budget (``budget``, e.g.
+    ``sft.max_minutes=170``), else another process of a distributed run.
+
+    >>> stop_reason(None, True, "rl.max_minutes=5"), stop_reason("SIGTERM", True, "x"), stop_reason(None, False, "x")
+    ('rl.max_minutes=5', 'SIGTERM', 'a stop on another process')
+    """
+    return signal_name or (budget if late else "a stop on another process")
+
+
 class StopRequest:
     """``name``: the signal that asked this process to stop (``"SIGTERM"``), None while none has."""
 

@@ -241,7 +241,7 @@ def sitting(max_minutes: float):
     train and writes the model."""
     from transformers import TrainerCallback
 
-    from .preemption import StopRequest
+    from .preemption import StopRequest, stop_reason
 
     class Sitting(TrainerCallback):
         def __init__(self):
@@ -256,7 +256,7 @@ def sitting(max_minutes: float):
                 control.should_training_stop = True
                 control.should_save = True
                 self.paused_at = state.global_step
-                self.why = self.stop.name or (f"sft.max_minutes={max_minutes:g}" if late else "a stop on another process")
+                self.why = stop_reason(self.stop.name, late, f"sft.max_minutes={max_minutes:g}")
 
     return Sitting()
 

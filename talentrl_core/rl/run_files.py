@@ -16,6 +16,7 @@ import torch
 
 from ..checkpoints import claim_work_dir, commit_staged, newest_sound, step_folders, write_final
 from ..io import disk_full_named, read_json, write_json
+from ..preemption import stop_reason
 from ..workdir import holds_job, record_job, say
 
 META_FILE = "talentrl_meta.json"
@@ -100,4 +101,4 @@ def past_budget(acc, max_minutes: float, t0: float, stopped: Optional[str] = Non
     late = bool(max_minutes) and time.time() - t0 > max_minutes * 60
     if reduce_sum(acc, {"over": float(late or bool(stopped))})["over"] == 0:
         return ""
-    return stopped or (f"rl.max_minutes={max_minutes:g}" if late else "a stop on another process")
+    return stop_reason(stopped, late, f"rl.max_minutes={max_minutes:g}")

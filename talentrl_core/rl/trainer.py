@@ -68,8 +68,8 @@ from ..envs.base import Task
 from ..io import write_json
 from ..models import weights_digest
 from ..precision import autocast
-from ..rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
 from ..preemption import stop_signals
+from ..rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
 from ..threads import follow_free_cpus
 from ..tracking import NullTracker, redact
 from . import routing

@@ -71,7 +71,8 @@ def training_order(data: SFTData, rows: list[dict], cfg: SFTConfig):
     from datasets import Dataset
 
     per_step = cfg.batch_size * cfg.grad_accum
-    repeats = [cfg.routing_weight * smp.get("weight", 1) if smp["kind"] == "route" else 1 for smp in data.samples]
+    repeats = [cfg.routing_weight * smp.get("weight", 1) if smp["kind"] == "route" else smp.get("weight", 1)
+               for smp in data.samples]
     routes = [i for i, smp in enumerate(data.samples) if smp["kind"] == "route"]
     order = length_sorted_order([len(r["input_ids"]) for r in rows], per_step, cfg.max_steps + cfg.routing_warmup_steps,
                                 cfg.seed, repeats, first=cfg.routing_warmup_steps, first_rows=routes)
@@ -182,6 +183,9 @@ def labelled_positions_trainer(base):
 
 SITTING = ("resume", "save_steps", "keep_checkpoints", "max_minutes")
 "SFT settings of how a run is carried out, not of what it makes: not part of its job (``workdir.claim``)."
+DAGGER = ("dagger_rounds", "dagger_games", "dagger_beta", "dagger_steps", "dagger_weight", "dagger_teacher")
+("Settings of the DAgger rounds (``dagger``): round 0 does not depend on them, a later round through its data, its "
+ "steps and its samples' weight.")
 
 
 def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConfig) -> dict:
@@ -189,10 +193,14 @@ def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConf
     model by content (``checkpoints.model_digest``), not by path: a moved or copied artifacts folder resumes."""
     import dataclasses
 
-    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SITTING}
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in SITTING + DAGGER}
     samples = hashlib.sha1(json.dumps([s["messages"] for s in data.samples], sort_keys=True).encode()).hexdigest()
-    return {"base_model": model_digest(base_model), "sft": settings, "model": model_job(model_cfg),
-            "data": {"samples": len(data.samples), "sha1": samples}}
+    job = {"base_model": model_digest(base_model), "sft": settings, "model": model_job(model_cfg),
+           "data": {"samples": len(data.samples), "sha1": samples}}
+    weights = sorted({s.get("weight", 1) for s in data.samples if s.get("dagger")})
+    if weights:
+        job["data"]["dagger_weights"] = weights
+    return job
 
 
 def prepare_work_dir(out_dir: Path, job: dict, keep_previous: int = 1) -> Path:

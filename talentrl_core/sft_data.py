@@ -58,18 +58,22 @@ def forced(env: str, admissible: Optional[Sequence[str]]) -> bool:
 
 
 def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[str], history: int, obs_chars: int,
-                      skip_forced: bool = False, memory: bool = False) -> list[dict]:
+                      skip_forced: bool = False, memory: bool = False,
+                      labels: Optional[Sequence[Optional[str]]] = None) -> list[dict]:
+    """One sample per valid environment step of ``t``: the prompt the policy saw there, the command taken as target;
+    ``labels`` (one per environment step, DAgger's teacher commands) replace the targets, a None label no sample."""
     ctx = knowledge.context(t.env, t.goal, t.task_type, talent_id, True)
     out = []
     steps = t.env_steps()
     obs_before = [t.initial_observation] + [s.observation for s in steps[:-1]]
+    targets = list(labels) if labels is not None else [s.action for s in steps]
     hist: list[tuple[str, str]] = []
-    for s, obs in zip(steps, obs_before):
-        if not s.valid or not s.action or (skip_forced and forced(t.env, s.admissible)):
+    for s, obs, target in zip(steps, obs_before, targets):
+        if not s.valid or not s.action or not target or (skip_forced and forced(t.env, s.admissible)):
             hist.append((obs, s.action or s.completion))
             continue
         ec = exec_context(t.env, t.goal, obs, ctx.talent, ctx.skills, hist, history, s.admissible, obs_chars, memory)
-        msgs = execution_messages(ec) + [{"role": "assistant", "content": format_action(t.env, s.action)}]
+        msgs = execution_messages(ec) + [{"role": "assistant", "content": format_action(t.env, target)}]
         out.append({"messages": msgs, "kind": "exec", "task_id": t.task_id, "talent_id": talent_id or "",
                     "skill_ids": list(ctx.skill_ids)})
         hist.append((obs, s.action))

@@ -249,10 +249,16 @@ def sft(cfg: TalentRLConfig) -> dict:
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
     data = sft_data(cfg, knowledge, trajs)
+    meta = {"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name}
     with _tracker(cfg, "sft") as tracker:
-        info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model,
-                         meta={"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name},
-                         keep_previous=cfg.keep_previous_runs, tracker=tracker)
+        if cfg.sft.dagger_rounds:
+            from .dagger import train_rounds
+
+            info = train_rounds(cfg, family_for(cfg), knowledge, data, base, paths.sft_checkpoint, meta,
+                                cfg.keep_previous_runs, tracker)
+        else:
+            info = train_sft(data, base, paths.sft_checkpoint, cfg.sft, cfg.model, meta=meta,
+                             keep_previous=cfg.keep_previous_runs, tracker=tracker)
         tracker.summary({"sft/train_loss": info["train_loss"], "sft/steps": info["steps"],
                          "sft/skill_context_share": data.report["skill_context_share"]})
         log_model(tracker, cfg, "sft", paths.sft_checkpoint, {"library_version": knowledge.version, **info})

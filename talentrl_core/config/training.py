@@ -102,11 +102,27 @@ class SFTConfig:
     ("Share of successful trajectories whose execution samples are rendered flat: no strategy line, skills retrieved "
      "without the talent term (talent dropout). The flat SkillBank baseline then runs on prompts its checkpoint was "
      "trained on, as a SkillBank SFT on the same demonstrations would; chosen per trajectory by a seeded hash.")
+    dagger_rounds: int = 0
+    ("DAgger rounds after behaviour cloning (talentrl_core/dagger.py): the student plays training games mixed with "
+     "the teacher, every state it reaches is labelled with the teacher's command, and SFT continues on the aggregate. "
+     "0: behaviour cloning only.")
+    dagger_games: int = 256
+    "Training games the student plays per DAgger round (drawn with the round's seed)."
+    dagger_beta: float = 0.5
+    "Share of a DAgger round's steps that play the teacher's command instead of the student's (BUTLER's fraction_assist)."
+    dagger_steps: int = 500
+    "SFT steps of each DAgger round, from the previous round's model, on the demonstrations plus every labelled state."
+    dagger_weight: int = 1
+    "How often each DAgger-labelled sample is drawn per epoch (1: the plain aggregate, as in DAgger)."
+    dagger_teacher: str = ""
+    "The strategy expert that labels the student's states; empty: the first of collect.strategies."
     seed: int = 0
     "Training seed."
 
     def __post_init__(self) -> None:
-        check_ranges("sft", self, max_steps=AT_LEAST_1, lr=POSITIVE, batch_size=AT_LEAST_1, warmup_steps=NON_NEGATIVE,
+        check_ranges("sft", self, dagger_rounds=NON_NEGATIVE, dagger_games=AT_LEAST_1, dagger_steps=AT_LEAST_1,
+                     dagger_weight=AT_LEAST_1, dagger_beta=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
+                     max_steps=AT_LEAST_1, lr=POSITIVE, batch_size=AT_LEAST_1, warmup_steps=NON_NEGATIVE,
                      save_steps=AT_LEAST_1, keep_checkpoints=NON_NEGATIVE, max_minutes=NON_NEGATIVE, weight_decay=NON_NEGATIVE, grad_accum=AT_LEAST_1,
                      routing_weight=AT_LEAST_1, routing_warmup_steps=NON_NEGATIVE,
                      routing_warmup_until=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),

@@ -158,7 +158,7 @@ def train_rounds(cfg, family, knowledge, data0, base: str, out: Path, meta: Opti
         report.append({"round": rnd, "games": len(trajs), "won": sum(t.success for t in trajs), "samples": len(new)})
         data = SFTData(list(data0.samples) + labelled, {**data0.report, "dagger": report})
         target = out if rnd == rounds else root / f"round-{rnd}"
-        cfg_r = dataclasses.replace(cfg.sft, max_steps=cfg.sft.dagger_steps)
+        cfg_r = round_settings(cfg.sft)
         info = kept_or_trained(data, student, target, cfg_r, cfg.model, keep_previous, tracker,
                                {**(meta or {}), "dagger_round": rnd, "dagger": list(report)})
         student = str(target)
@@ -175,3 +175,13 @@ def kept_or_trained(data, base: str, out: Path, sft_cfg, model_cfg, keep_previou
     if holds_job(out, sft_job(base, data, sft_cfg, model_cfg)) and (out / "talentrl_meta.json").exists():
         return {**read_json(out / "talentrl_meta.json"), "kept": True}
     return train_sft(data, base, out, sft_cfg, model_cfg, meta=meta, keep_previous=keep_previous, tracker=tracker)
+
+
+def round_settings(sft_cfg):
+    """The SFT settings of a DAgger round: ``sft.dagger_steps`` steps, and with ``sft.dagger_routing_warmup`` a
+    routing warm-up first (capped there, ended once every label passes ``sft.routing_warmup_until``, 0.9 if unset)."""
+    extra = {}
+    if sft_cfg.dagger_routing_warmup:
+        extra = {"routing_warmup_steps": sft_cfg.dagger_routing_warmup,
+                 "routing_warmup_until": sft_cfg.routing_warmup_until or 0.9}
+    return dataclasses.replace(sft_cfg, max_steps=sft_cfg.dagger_steps, **extra)

@@ -183,7 +183,8 @@ def labelled_positions_trainer(base):
 
 SITTING = ("resume", "save_steps", "keep_checkpoints", "max_minutes")
 "SFT settings of how a run is carried out, not of what it makes: not part of its job (``workdir.claim``)."
-DAGGER = ("dagger_rounds", "dagger_games", "dagger_beta", "dagger_steps", "dagger_weight", "dagger_teacher")
+DAGGER = ("dagger_rounds", "dagger_games", "dagger_beta", "dagger_steps", "dagger_weight", "dagger_teacher",
+          "dagger_routing_warmup")
 ("Settings of the DAgger rounds (``dagger``): round 0 does not depend on them, a later round through its data, its "
  "steps and its samples' weight.")
 

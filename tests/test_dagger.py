@@ -112,7 +112,7 @@ def test_a_round_trains_from_the_previous_model_and_a_rerun_keeps_every_round(wo
     fam, _, trajs, knowledge = world
     sft = SFTConfig(max_steps=4, batch_size=4, micro_batch_size=4, lr=3e-3, warmup_steps=0, save_steps=2,
                     flat_share=0.0, min_skill_share=0.0, dagger_rounds=1, dagger_games=2, dagger_steps=3,
-                    dagger_teacher=TEACHER, max_cut_share=1.0)
+                    dagger_teacher=TEACHER, max_cut_share=1.0, dagger_routing_warmup=2)
     cfg = TalentRLConfig(env=ENV, model=SMALL, sft=sft)
     base = str(build_tiny(SMALL, tmp_path / "base", shared_data))
     data = build_sft_data(trajs, knowledge, sft)
@@ -123,8 +123,11 @@ def test_a_round_trains_from_the_previous_model_and_a_rerun_keeps_every_round(wo
     assert report["games"] == 2 and report["samples"] > 0
     assert (root / "round-1" / "env=textworld" / "dagger-textworld-round1.parquet").exists()
     meta = json.loads((out / "talentrl_meta.json").read_text())
-    assert meta["dagger_round"] == 1 and meta["steps"] == 3 and meta["env"] == "textworld"
+    assert meta["dagger_round"] == 1 and meta["env"] == "textworld"
+    assert meta["steps"] == 3 + meta["routing_warmup"]["steps"]  # the round's steps after its warm-up
     assert meta["data_report"]["dagger"] == [report]
+    assert meta["routing_warmup"]["steps"] >= 1  # the round's routing warm-up ran (round 0 had none)
+    assert json.loads((root / "round-0" / "talentrl_meta.json").read_text())["routing_warmup"]["steps"] == 0
     bc = AutoModelForCausalLM.from_pretrained(str(root / "round-0")).state_dict()
     after = AutoModelForCausalLM.from_pretrained(str(out)).state_dict()
     assert any(not torch.equal(bc[k], after[k]) for k in bc)

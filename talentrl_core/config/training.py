@@ -114,6 +114,9 @@ class SFTConfig:
     "SFT steps of each DAgger round, from the previous round's model, on the demonstrations plus every labelled state."
     dagger_weight: int = 1
     "How often each DAgger-labelled sample is drawn per epoch (1: the plain aggregate, as in DAgger)."
+    dagger_routing_warmup: int = 0
+    ("Routing-only steps at the start of each DAgger round, a cap (the warm-up ends once every routing label passes "
+     "sft.routing_warmup_until, 0.9 when that is 0): for a router the behaviour-cloning mix did not teach.")
     dagger_teacher: str = ""
     "The strategy expert that labels the student's states; empty: the first of collect.strategies."
     seed: int = 0
@@ -121,7 +124,7 @@ class SFTConfig:
 
     def __post_init__(self) -> None:
         check_ranges("sft", self, dagger_rounds=NON_NEGATIVE, dagger_games=AT_LEAST_1, dagger_steps=AT_LEAST_1,
-                     dagger_weight=AT_LEAST_1, dagger_beta=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
+                     dagger_weight=AT_LEAST_1, dagger_routing_warmup=NON_NEGATIVE, dagger_beta=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_steps=AT_LEAST_1, lr=POSITIVE, batch_size=AT_LEAST_1, warmup_steps=NON_NEGATIVE,
                      save_steps=AT_LEAST_1, keep_checkpoints=NON_NEGATIVE, max_minutes=NON_NEGATIVE, weight_decay=NON_NEGATIVE, grad_accum=AT_LEAST_1,
                      routing_weight=AT_LEAST_1, routing_warmup_steps=NON_NEGATIVE,

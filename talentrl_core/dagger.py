@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -33,6 +34,8 @@ from .prompts import format_action
 from .trajectories import Trajectory, read_trajectories, trajectory_files, write_trajectories
 
 ROOT_SUFFIX = ".dagger"
+PART_GAMES = 32
+"The student's games are kept in parts of this many: what a killed round loses at most (~10 minutes of ALFWorld)."
 
 
 def teacher_labels(t: Trajectory, strategy: Strategy) -> list[Optional[str]]:
@@ -117,7 +120,8 @@ def student_games(cfg, family, knowledge, student: str, rnd: int, folder: Path) 
     specs = [EpisodeSpec(t, routing="oracle", use_skills=True, group_uid=f"{run_id}-{t.task_id}",
                          seed=c.seed * 100_003 + rnd * 10_007 + i) for i, t in enumerate(tasks)]
     trajs = run_in_parts(specs, lambda chunk: run_episodes(family.make, chunk, mixed, settings, knowledge,
-                                                           batch_size=cfg.collect.batch_size), folder, run_id)
+                                                           batch_size=cfg.collect.batch_size), folder, run_id,
+                         part_episodes=PART_GAMES)
     write_trajectories(trajs, folder, run_id)
     finish_parts(folder, run_id)
     return trajs
@@ -145,6 +149,7 @@ def train_rounds(cfg, family, knowledge, data0, base: str, out: Path, meta: Opti
     SFT from the previous round's model for ``sft.dagger_steps`` steps; the last round's model lands in ``out``."""
     from .sft_data import SFTData
 
+    t0 = time.time()
     root = dagger_root(out)
     teacher = get_strategy(cfg.env.name, teacher_name(cfg))
     rounds = cfg.sft.dagger_rounds
@@ -158,7 +163,7 @@ def train_rounds(cfg, family, knowledge, data0, base: str, out: Path, meta: Opti
         report.append({"round": rnd, "games": len(trajs), "won": sum(t.success for t in trajs), "samples": len(new)})
         data = SFTData(list(data0.samples) + labelled, {**data0.report, "dagger": report})
         target = out if rnd == rounds else root / f"round-{rnd}"
-        cfg_r = round_settings(cfg.sft)
+        cfg_r = round_settings(cfg.sft, time.time() - t0)
         info = kept_or_trained(data, student, target, cfg_r, cfg.model, keep_previous, tracker,
                                {**(meta or {}), "dagger_round": rnd, "dagger": list(report)})
         student = str(target)
@@ -177,11 +182,27 @@ def kept_or_trained(data, base: str, out: Path, sft_cfg, model_cfg, keep_previou
     return train_sft(data, base, out, sft_cfg, model_cfg, meta=meta, keep_previous=keep_previous, tracker=tracker)
 
 
-def round_settings(sft_cfg):
+def round_settings(sft_cfg, spent_s: float = 0.0):
     """The SFT settings of a DAgger round: ``sft.dagger_steps`` steps, and with ``sft.dagger_routing_warmup`` a
-    routing warm-up first (capped there, ended once every label passes ``sft.routing_warmup_until``, 0.9 if unset)."""
+    routing warm-up first (capped there, ended once every label passes ``sft.routing_warmup_until``, 0.9 if unset).
+    ``sft.max_minutes`` is the whole sitting's: the round's SFT gets what the sitting has left after ``spent_s``
+    (``Paused`` when nothing is left: the games are kept, the rerun trains).
+
+    >>> from talentrl_core.config import SFTConfig
+    >>> r = round_settings(SFTConfig(dagger_steps=7, max_minutes=10, dagger_routing_warmup=5), spent_s=240)
+    >>> r.max_steps, r.max_minutes, r.routing_warmup_steps, r.routing_warmup_until
+    (7, 6.0, 5, 0.9)
+    """
+    from .checkpoints import Paused
+
     extra = {}
+    if sft_cfg.max_minutes:
+        left = sft_cfg.max_minutes - spent_s / 60
+        if left <= 0:
+            raise Paused(f"sft paused before a DAgger round's SFT after sft.max_minutes={sft_cfg.max_minutes:g} (its games "
+                         "are kept); run the same command to resume")
+        extra["max_minutes"] = round(left, 2)
     if sft_cfg.dagger_routing_warmup:
-        extra = {"routing_warmup_steps": sft_cfg.dagger_routing_warmup,
-                 "routing_warmup_until": sft_cfg.routing_warmup_until or 0.9}
+        extra.update(routing_warmup_steps=sft_cfg.dagger_routing_warmup,
+                     routing_warmup_until=sft_cfg.routing_warmup_until or 0.9)
     return dataclasses.replace(sft_cfg, max_steps=sft_cfg.dagger_steps, **extra)

@@ -18,6 +18,12 @@ Layout under ``<sft checkpoint>.dagger/``: ``round-0`` the behaviour-cloning mod
 the student's games of round r (played in resumable parts) and, but for the last round, its model; the last round's
 model is the SFT checkpoint itself. Every round resumes: a finished model of the same job is kept, a played part is
 read back, and SFT resumes from its checkpoints.
+
+Departures from the paper's DAgger: one mixing rate for every round (the paper decays beta; BUTLER anneals it over
+50,000 episodes), SFT continues from the last model instead of training a fresh one on the aggregate, and the
+student's states may be weighted (``sft.dagger_weight``). Run it with the SFT stage::
+
+    python -m pipeline.run sft experiment=alfworld sft.dagger_rounds=1 sft.dagger_games=256 sft.dagger_steps=500
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from .envs.strategies import EpisodeView, Strategy, get_strategy, strategies
+from .envs.strategies import EpisodeView, Strategy, chosen, get_strategy
 from .generation import GenResult
 from .prompts import format_action
 from .trajectories import Trajectory, read_trajectories, trajectory_files, write_trajectories
@@ -96,16 +96,14 @@ def teacher_name(cfg) -> str:
             return get_strategy(cfg.env.name, cfg.sft.dagger_teacher).name
         except KeyError as e:
             raise ValueError(f"sft.dagger_teacher: {e.args[0]}") from None
-    wanted = list(cfg.collect.strategies)
-    imitated = [s.name for s in strategies(cfg.env.name)] if wanted == ["all"] else \
-        [w for w in wanted if w != "none"]
+    imitated = [s for s in chosen(cfg.env.name, list(cfg.collect.strategies)) if s]
     if len(imitated) != 1:
         raise ValueError(f"sft.dagger_rounds > 0 needs one teacher that can label any state: set sft.dagger_teacher to "
                          f"a strategy expert of env={cfg.env.name} (collect imitated {imitated or 'no strategy expert'})")
     return imitated[0]
 
 
-def student_games(cfg, family, knowledge, student: str, rnd: int, folder: Path) -> list[Trajectory]:
+def student_games(cfg, family, knowledge, student: str, teacher: str, rnd: int, folder: Path) -> list[Trajectory]:
     """Round ``rnd``'s games: the student (``model.temperature``) mixed with the teacher on ``sft.dagger_games``
     training tasks drawn with the round's seed, the talent the task's oracle one, played in resumable parts under
     ``folder``; read back when the round's file is there."""
@@ -121,7 +119,7 @@ def student_games(cfg, family, knowledge, student: str, rnd: int, folder: Path) 
     tasks = family.tasks(cfg.collect.split, c.dagger_games, seed=c.seed + rnd)
     family.prepare(tasks, workers=1, progress=False)
     policy, _ = load_policy(cfg, student, name="dagger")
-    mixed = Mixture(policy, teacher_name(cfg), c.dagger_beta, seed=c.seed * 1_000_003 + rnd)
+    mixed = Mixture(policy, teacher, c.dagger_beta, seed=c.seed * 1_000_003 + rnd)
     settings = RolloutSettings.of(cfg.env, run_id=run_id, split=cfg.collect.split, checkpoint=student)
     specs = [EpisodeSpec(t, routing="oracle", use_skills=True, group_uid=f"{run_id}-{t.task_id}",
                          seed=c.seed * 100_003 + rnd * 10_007 + i) for i, t in enumerate(tasks)]
@@ -145,7 +143,7 @@ def labelled_samples(trajs: Sequence[Trajectory], knowledge, teacher: Strategy, 
         talent = t.talent_id or knowledge.label_for(t)  # the talent the student was shown (the oracle one)
         rows = execution_samples(t, knowledge, talent, cfg.env.history, cfg.env.obs_chars, False, cfg.env.memory,
                                  labels=teacher_labels(t, teacher))
-        out += [{**r, "kind": "exec", "dagger": True, "weight": cfg.sft.dagger_weight} for r in rows]
+        out += [{**r, "dagger": True, "weight": cfg.sft.dagger_weight} for r in rows]
     return out
 
 
@@ -163,7 +161,7 @@ def train_rounds(cfg, family, knowledge, data0, base: str, out: Path, meta: Opti
                            {**(meta or {}), "dagger_round": 0})
     student, labelled, report = str(root / "round-0"), [], []
     for rnd in range(1, rounds + 1):
-        trajs = student_games(cfg, family, knowledge, student, rnd, root / f"round-{rnd}")
+        trajs = student_games(cfg, family, knowledge, student, teacher.name, rnd, root / f"round-{rnd}")
         new = labelled_samples(trajs, knowledge, teacher, cfg)
         labelled += new
         report.append({"round": rnd, "games": len(trajs), "won": sum(t.success for t in trajs), "samples": len(new)})

@@ -79,20 +79,12 @@ def _spread(items: list, n: int, seed: int) -> list:
 
 def collect_strategies(cfg: TalentRLConfig) -> list[Optional[str]]:
     """The strategy experts ``collect`` runs (None: the env's strategy-blind expert)."""
-    from .envs.strategies import get_strategy, strategies
+    from .envs.strategies import chosen
 
-    wanted = list(cfg.collect.strategies)
-    env = str(cfg.env.name)
-    if wanted == ["none"]:
-        return [None]
-    if wanted == ["all"]:
-        return [s.name for s in strategies(env)] or [None]
-    for name in wanted:
-        try:
-            get_strategy(env, name)
-        except KeyError as e:
-            raise ValueError(f"collect.strategies: {e.args[0]} (or 'all' / 'none')") from None
-    return wanted
+    try:
+        return chosen(str(cfg.env.name), list(cfg.collect.strategies))
+    except KeyError as e:
+        raise ValueError(f"collect.strategies: {e.args[0]} (or 'all' / 'none')") from None
 
 
 class CollectFailed(RuntimeError):

@@ -118,7 +118,7 @@ class SFTConfig:
     ("Routing-only steps at the start of each DAgger round, a cap (the warm-up ends once every routing label passes "
      "sft.routing_warmup_until, 0.9 when that is 0): for a router the behaviour-cloning mix did not teach.")
     dagger_teacher: str = ""
-    "The strategy expert that labels the student's states; empty: the first of collect.strategies."
+    "The strategy expert that labels the student's states; empty: the one collect.strategies imitated."
     seed: int = 0
     "Training seed."
 

@@ -72,6 +72,17 @@ def strategies(family: str) -> list[Strategy]:
     return [s for s in _registered(family) if s.teacher]
 
 
+def chosen(family: str, wanted: list[str]) -> list[Optional[str]]:
+    """The strategy experts a setting names (``collect.strategies``): ``["all"]`` every one of ``family`` (``[None]``:
+    the env's strategy-blind expert where it has none), ``["none"]`` that expert alone, else the names given (a
+    KeyError names the choices)."""
+    if wanted == ["none"]:
+        return [None]
+    if wanted == ["all"]:
+        return [s.name for s in strategies(family)] or [None]
+    return [get_strategy(family, name).name for name in wanted]
+
+
 def rules(family: str) -> list[Strategy]:
     """The rule baselines registered for ``family``: zero-parameter floors, never teachers."""
     return [s for s in _registered(family) if not s.teacher]

@@ -63,7 +63,7 @@ def talent_probe(cfg, args):
         model, tok = load_model(ckpt, cfg.model)
         model.eval()
         rows = probe(model, tok, model.config.vocab_size, knowledge, tasks, talent_of, cfg.env.history,
-                     cfg.env.obs_chars, cfg.env.memory)
+                     cfg.env.obs_chars, cfg.env.memory_mode)
         records += [{"checkpoint": name, **r} for r in rows]
         table[name] = summary(rows)
         print(f"{name}: {table[name]['follows']} / {table[name]['against']} (effect {table[name]['effect']})", flush=True)

@@ -141,7 +141,7 @@ def labelled_samples(trajs: Sequence[Trajectory], knowledge, teacher: Strategy, 
         if t.error:
             continue
         talent = t.talent_id or knowledge.label_for(t)  # the talent the student was shown (the oracle one)
-        rows = execution_samples(t, knowledge, talent, cfg.env.history, cfg.env.obs_chars, False, cfg.env.memory,
+        rows = execution_samples(t, knowledge, talent, cfg.env.history, cfg.env.obs_chars, False, cfg.env.memory_mode,
                                  labels=teacher_labels(t, teacher))
         out += [{**r, "dagger": True, "weight": cfg.sft.dagger_weight} for r in rows]
     return out

@@ -120,8 +120,8 @@ class RolloutSettings:
     "Characters of the first observation the router sees (``env.routing_obs_chars``)."
     routing_cue: Optional[RoutingCue] = None
     "The cue the router restates before its talent (``env.routing_cue``; None: the talent only)."
-    memory: bool = False
-    "The family's memory line in execution prompts (``env.memory``)."
+    memory: bool | str = False
+    "The family's memory line in execution prompts (``EnvConfig.memory_mode``: empty, page or goal)."
     env_workers: int = 0
     "Envs in this many worker processes, stepped at once (``env.workers``, ``env_pool``); 0: in this process."
     run_id: str = ""
@@ -133,7 +133,7 @@ class RolloutSettings:
         """The settings an ``EnvConfig`` gives (step budget, prompt view, timeouts), plus ``kw`` (run_id, split, …)."""
         return cls(max_steps=env_cfg.max_steps, history=env_cfg.history, obs_chars=env_cfg.obs_chars,
                    step_timeout_s=env_cfg.step_timeout_s, invalid_penalty=env_cfg.invalid_penalty,
-                   routing_obs_chars=env_cfg.routing_obs_chars, env_workers=env_cfg.workers, memory=env_cfg.memory,
+                   routing_obs_chars=env_cfg.routing_obs_chars, env_workers=env_cfg.workers, memory=env_cfg.memory_mode,
                    routing_cue=routing_cue(env_cfg.routing_cue, env_cfg.routing_cue_values), **kw)
 
 

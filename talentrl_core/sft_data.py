@@ -58,7 +58,7 @@ def forced(env: str, admissible: Optional[Sequence[str]]) -> bool:
 
 
 def execution_samples(t: Trajectory, knowledge: Knowledge, talent_id: Optional[str], history: int, obs_chars: int,
-                      skip_forced: bool = False, memory: bool = False,
+                      skip_forced: bool = False, memory: bool | str = False,
                       labels: Optional[Sequence[Optional[str]]] = None) -> list[dict]:
     """One sample per valid environment step of ``t``: the prompt the policy saw there, the command taken as target;
     ``labels`` (one per environment step, DAgger's teacher commands) replace the targets, a None label no sample."""
@@ -126,7 +126,7 @@ def build_sft_data(
     obs_chars: int = 400,
     enforce: bool = True,
     routing_obs_chars: int = 0,
-    memory: bool = False,
+    memory: bool | str = False,
     cue: Optional[RoutingCue] = None,
 ) -> SFTData:
     samples: list[dict] = []

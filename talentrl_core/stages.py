@@ -264,7 +264,7 @@ def sft_data(cfg: TalentRLConfig, knowledge, trajs: Optional[list[Trajectory]] =
     from .sft import build_sft_data
 
     trajs = trajs or train_trajectories(cfg, expert_first=True)
-    return build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars, memory=cfg.env.memory,
+    return build_sft_data(trajs, knowledge, cfg.sft, cfg.env.history, cfg.env.obs_chars, memory=cfg.env.memory_mode,
                           routing_obs_chars=cfg.env.routing_obs_chars, cue=routing_cue(cfg.env.routing_cue, cfg.env.routing_cue_values))
 
 

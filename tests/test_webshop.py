@@ -461,3 +461,35 @@ def test_memory_line_restates_the_item_page_without_reading_the_instruction(choi
     ctx = exec_context("webshop", env.goal(), obs, None, (), [], 0, adm, 600, memory=True)
     assert f"{names[1]}: {value}" in execution_messages(ctx)[1]["content"]
     assert exec_context("webshop", env.goal(), "WebShop [SEP] Search", None, (), [], 0, ["search[x]"], 600, memory=True).memory == ""
+
+
+def test_goal_line_names_the_teachers_option_and_only_with_memory_goal(choice_family):
+    """env.memory_goal (issue 40): beside each option group the value the instruction names for it. On real test goals
+    every option the observation-only teacher clicks is the value the line names for its group; the plain memory line
+    never reads the instruction; families without the line, and memory_goal without memory, are refused by name."""
+    from talentrl_core.envs.webshop.memory import goal_line, memory_line
+    from talentrl_core.envs.webshop.queries import click_target
+    from talentrl_core.envs.webshop.strategies import item_options
+    from talentrl_core.prompts import exec_context
+
+    env, clicks = choice_family.make(), 0
+    for task in choice_family.tasks("test")[:30]:
+        env.reset(task)
+        while not env.done:
+            adm, obs = env.admissible_actions(), env.render()
+            action = env.strategy_action("rank_order")
+            group = next((name for name, values, _ in item_options(obs, adm) if click_target(action) in values), None)
+            if group is not None:
+                clicks += 1
+                named = goal_line(env.goal(), [], obs, adm).split(f"; {group}: ", 1)[1].split(";")[0]
+                assert named.endswith(f"(task: {click_target(action)})"), (env.goal(), named, action)
+                assert "(task:" not in memory_line(env.goal(), [], obs, adm)
+                assert exec_context("webshop", env.goal(), obs, None, (), [], 0, adm, 600, memory="goal").memory == \
+                    goal_line(env.goal(), [], obs, adm)
+            env.step(action)
+    assert clicks >= 20
+    with pytest.raises(ValueError, match="env.memory_goal=true adds to the memory line: set env.memory=true too"):
+        EnvConfig(memory_goal=True)
+    with pytest.raises(ValueError, match="env.memory_goal=true: alfworld has no such line; families with one: webshop"):
+        make_family(EnvConfig(name=EnvName.alfworld, memory=True, memory_goal=True), "/tmp")
+    assert EnvConfig(memory=True, memory_goal=True).memory_mode == "goal"

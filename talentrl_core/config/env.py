@@ -54,6 +54,11 @@ class EnvConfig:
     ("Add the family's memory line to execution prompts (ALFWorld: what the agent holds, where it saw the goal's "
      "objects, the receptacles searched and not yet searched), computed from the agent's own past only: a declared "
      "deviation from the raw-observation protocol (docs/alfworld.md). A family without one refuses it (envs.make_family).")
+    memory_goal: bool = False
+    ("With env.memory, set the task's own words beside what the page shows (WebShop: beside each option group the value "
+     "the instruction names for it, beside the price the instruction's bound). A further declared deviation: the "
+     "line does the instruction lookup for the policy; which value to click, and whether to buy, stay its choice "
+     "(docs/webshop.md). A family without such a line refuses it (envs.make_family).")
     # ALFWorld
     alfworld_archive: str = "${data_dir}/alfworld/json_2.1.1_all.tar.xz"
     "The ALFWorld games archive (unpacked once into cache_dir)."
@@ -110,12 +115,19 @@ class EnvConfig:
         if self.invalid_penalty > 0:
             raise ValueError("env.invalid_penalty is added to the reward: make it <= 0")
         self._check_routing_cue()
+        if self.memory_goal and not self.memory:
+            raise ValueError("env.memory_goal=true adds to the memory line: set env.memory=true too")
 
         if self.expert not in ("handcoded", "walkthrough", "planner"):
             raise ValueError(f"env.expert={self.expert!r}: choose handcoded, walkthrough or planner")
         for key, allowed in (("webshop_index", ("memory", "mmap")), ("webshop_search", ("free", "choice")), ("retriever", ("bm25", "dense", "http"))):
             if getattr(self, key) not in allowed:
                 raise ValueError(f"env.{key}={getattr(self, key)!r}: choose {', '.join(allowed[:-1])} or {allowed[-1]}")
+
+    @property
+    def memory_mode(self) -> str:
+        """The execution prompt's memory line: "" (none), "page" (``memory``) or "goal" (``memory`` + ``memory_goal``)."""
+        return ("goal" if self.memory_goal else "page") if self.memory else ""
 
     @classmethod
     def of_family(cls, name: str, **overrides) -> "EnvConfig":

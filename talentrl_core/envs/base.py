@@ -156,6 +156,9 @@ class FamilySpec:
     "``(goal, past (observation, action) pairs, current observation, admissible commands) → one line`` of what the "
     "agent's own past and page say (``env.memory``: ALFWorld's searched / not yet searched receptacles, WebShop's "
     "item page restated); None: the family has none."
+    memory_goal: Optional[Callable[[str, Sequence[tuple[str, str]], str, Optional[Sequence[str]]], str]] = None
+    "The memory line with the task's words beside the page's (``env.memory_goal``: WebShop's wanted option values "
+    "and price bound); None: the family has none."
     procedure_of: Optional[Callable[[str], Optional[str]]] = None
     "Task type → the procedure it asks for (``library.talents_by=procedure``: one talent per procedure); None: none."
     procedures: Optional[str] = None

@@ -48,7 +48,7 @@ def contrasting_tasks(trajs: Sequence[Trajectory], per_type: int) -> list[dict]:
 
 
 def probe(model, tokenizer, vocab_size: int, knowledge, tasks: Sequence[dict], talent_of: dict[str, str],
-          history: int, obs_chars: int, memory: bool = False, micro_batch: int = 16) -> list[dict]:
+          history: int, obs_chars: int, memory: bool | str = False, micro_batch: int = 16) -> list[dict]:
     """One row per (task, talent): the probability of every strategy's first command under that talent."""
     from ..rl.samples import Sample, chat_prompt_ids, completion_ids_of, score_completions
 

@@ -7,12 +7,20 @@ line restates, from the page alone: the product's title and price, and per optio
 value or "none". It matches nothing against the instruction (which value to click is left to the policy), and it
 shows nothing the page does not; it is nonetheless a deviation from WebShop's raw text mode (``docs/webshop.md``).
 Other pages get no line.
+
+``env.memory_goal`` (``goal_line``) goes one step further and sets the instruction's own words beside the page's:
+after each option group the value the instruction's option clause names for a group of that name, after the price
+the instruction's bound. A 6.8M model from random initialisation did not learn that lookup (a value two hops away:
+group name → the instruction's ``name: value`` clause → the matching button; 0 of 80 dev option decisions, issue 40's
+probe); the line does the lookup and nothing more: it does not say whether the page offers the value, and which
+button to click, and whether to buy, stay the policy's choice. A declared deviation beyond ``env.memory``.
 """
 
 from __future__ import annotations
 
 from typing import Optional, Sequence
 
+from .queries import instruction_options, price_bound
 from .strategies import item_options, page_kind, page_segments
 
 
@@ -37,21 +45,39 @@ def item_page(observation: str, admissible: Sequence[str]) -> Optional[tuple[str
 
 
 def memory_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
-                admissible: Optional[Sequence[str]] = None) -> str:
+                admissible: Optional[Sequence[str]] = None, with_goal: bool = False) -> str:
     """The memory line of a step: on an item page its title, price and each option group's selection; else "".
+    ``with_goal`` (``env.memory_goal``, ``goal_line``): beside each group the value the instruction names for it
+    (``any`` when it names none), beside the price the instruction's bound.
 
     >>> page = ("Instruction: [SEP] red shirt [SEP] Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] large "
     ...         "(selected) [SEP] Acme Shirt [SEP] Price: $9.50 [SEP] Rating: N.A. [SEP] Description [SEP] Features "
     ...         "[SEP] Reviews [SEP] Buy Now")
-    >>> memory_line("red shirt", [], page, ["click[small]", "click[large]", "click[buy now]"])
+    >>> adm = ["click[small]", "click[large]", "click[buy now]"]
+    >>> memory_line("red shirt", [], page, adm)
     'Memory: item Acme Shirt; price $9.50; size: large'
-    >>> memory_line("red shirt", [], page.replace(" (selected)", ""), ["click[small]", "click[large]", "click[buy now]"])
+    >>> memory_line("red shirt", [], page.replace(" (selected)", ""), adm)
     'Memory: item Acme Shirt; price $9.50; size: none'
+    >>> memory_line("Find a shirt with Size: small, and price lower than 20.00 dollars", [], page, adm, with_goal=True)
+    'Memory: item Acme Shirt; price $9.50 (task: lower than $20.00); size: large (task: small)'
+    >>> memory_line("Find a shirt", [], page, adm, with_goal=True)
+    'Memory: item Acme Shirt; price $9.50 (task: any); size: large (task: any)'
     """
     item = item_page(observation, admissible or ())
     if item is None:
         return ""
     title, price, groups = item
-    parts = [f"item {title or 'unnamed'}", f"price {price or 'not shown'}"]
+    price = price or "not shown"
+    if with_goal:
+        wanted, bound = instruction_options(goal), price_bound(goal)
+        price += f" (task: {f'lower than ${bound:.2f}' if bound is not None else 'any'})"
+        groups = [(name, f"{value or 'none'} (task: {wanted.get(name.strip().lower(), 'any')})") for name, value in groups]
+    parts = [f"item {title or 'unnamed'}", f"price {price}"]
     parts += [f"{name}: {value or 'none'}" for name, value in groups]
     return "Memory: " + "; ".join(parts)
+
+
+def goal_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
+              admissible: Optional[Sequence[str]] = None) -> str:
+    """``memory_line`` with the instruction's words beside the page's (``env.memory_goal``)."""
+    return memory_line(goal, past, observation, admissible, with_goal=True)

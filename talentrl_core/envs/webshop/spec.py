@@ -38,6 +38,12 @@ def _memory(goal, past, observation, admissible=None):
     return memory_line(goal, past, observation, admissible)
 
 
+def _memory_goal(goal, past, observation, admissible=None):
+    from .memory import goal_line
+
+    return goal_line(goal, past, observation, admissible)
+
+
 SPEC = FamilySpec(
     name="webshop",
     factory=lazy_family("talentrl_core.envs.webshop.env:WebShopFamily"),
@@ -53,4 +59,5 @@ SPEC = FamilySpec(
     strategies="talentrl_core.envs.webshop.strategies",
     reports_score=True,
     memory=_memory,
+    memory_goal=_memory_goal,
 )

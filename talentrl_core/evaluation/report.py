@@ -241,11 +241,12 @@ def render_markdown(metrics: Mapping, plots: Iterable[str] = ()) -> str:
 
     routed = [(s, p) for s in systems for p in panels if "routing_accuracy" in S[s].get(p, {})]
     if routed:
-        out += ["## Routing accuracy (chosen talent = oracle talent)", "",
-                "n/a: the oracle talent is the same on every task of the panel (no routing choice to get right).", ""]
         rows = [[s, p, "n/a" if S[s][p]["routing_accuracy"] is None else f"{S[s][p]['routing_accuracy']:.3f}",
                  str(S[s][p].get("routing_n", ""))] for s, p in routed]
-        out += [md_table(["system", "panel", "accuracy", "n"], rows), ""]
+        legend = ["An accuracy of n/a: the oracle talent is the same on every task of that panel (no routing choice to "
+                  "get right).", ""] if any(r[2] == "n/a" for r in rows) else []
+        out += ["## Routing accuracy (chosen talent = oracle talent)", "", *legend,
+                md_table(["system", "panel", "accuracy", "n"], rows), ""]
 
     paired = metrics.get("paired") or {}
     if any(paired.values()):

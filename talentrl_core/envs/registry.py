@@ -47,12 +47,10 @@ def make_family(cfg: "EnvConfig", cache_dir: str | Path) -> EnvFamily:
     """The family for ``cfg.name`` (imports only that family's dependencies); ``env.memory`` (``env.memory_goal``) on a
     family without that line is refused by name."""
     spec = family_spec(cfg.name)
-    if cfg.memory and spec.memory is None:
-        have = [n for n, s in FAMILIES.items() if s.memory is not None]
-        raise ValueError(f"env.memory=true: {spec.name} has no memory line; families with one: {', '.join(have)}")
-    if cfg.memory_goal and spec.memory_goal is None:
-        have = [n for n, s in FAMILIES.items() if s.memory_goal is not None]
-        raise ValueError(f"env.memory_goal=true: {spec.name} has no such line; families with one: {', '.join(have)}")
+    for key, line in (("memory", "memory line"), ("memory_goal", "such line")):
+        if getattr(cfg, key) and getattr(spec, key) is None:
+            have = [n for n, s in FAMILIES.items() if getattr(s, key) is not None]
+            raise ValueError(f"env.{key}=true: {spec.name} has no {line}; families with one: {', '.join(have)}")
     return spec.factory(cfg, Path(cache_dir))
 
 

@@ -3,6 +3,10 @@ processes (or machines), each writing its own ``<artifacts>/eval``, then
 
     .venv/bin/python -m pipeline.merge_eval artifacts/eval other/eval --out docs/results/x
 
+Two runs of one system (a model before and after a change, both named ``talent_sft``) merge once one is renamed:
+``--rename 2 talent_sft talent_sft_dagger`` renames the system in the second run; ``--pair A B`` (repeatable) adds the
+paired comparison A vs B to the report's table.
+
 Every statistic is recomputed from the merged ``episodes.jsonl`` (``evaluation.build_metrics``, the same code the
 evaluate stage runs); the runs' timings, library versions and strategy matrices are carried over. Refused: a system
 in two runs, or panels whose tasks differ between runs (paired tests need the same tasks).
@@ -14,23 +18,33 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from pipeline.errors import named_errors
 
 
-def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0) -> tuple[list[dict], dict]:
+def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0, rename: Mapping[int, Mapping[str, str]] | None = None,
+          pairs: Sequence[tuple[str, str]] = ()) -> tuple[list[dict], dict]:
     """(merged episode rows, metrics) of evaluation folders holding ``episodes.jsonl`` and ``metrics.json``;
-    ``ci`` and ``seed`` as the runs' ``eval.ci`` and ``eval.seed``."""
+    ``ci`` and ``seed`` as the runs' ``eval.ci`` and ``eval.seed``; ``rename``: run index (0-based) → {old system
+    name: new}; ``pairs``: paired comparisons beyond the default ones."""
     from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
     from talentrl_core.evaluation.talent_effect import talent_metrics
 
     rows, metas, owner, tasks = [], [], {}, {}
-    for run in runs:
+    for i, run in enumerate(runs):
         got = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines() if line.strip()]
+        meta = json.loads((run / "metrics.json").read_text())
+        names = dict((rename or {}).get(i, {}))
+        if missing := sorted(set(names) - {r["system"] for r in got}):
+            raise ValueError(f"--rename: {run} has no system {', '.join(missing)}")
+        got = [{**r, "system": names.get(r["system"], r["system"])} for r in got]
+        for key in ("perf", "library_versions", "skipped_systems"):
+            meta[key] = {names.get(s, s): v for s, v in (meta.get(key) or {}).items()}
         for system in sorted({r["system"] for r in got}):
             if system in owner:
-                raise ValueError(f"{system} is in both {owner[system]} and {run}: merge runs of disjoint systems")
+                raise ValueError(f"{system} is in both {owner[system]} and {run}: merge runs of disjoint "
+                                 "systems, or rename one (--rename)")
             owner[system] = run
         for panel in sorted({r["panel"] for r in got}):
             ids = sorted({r["task_id"] for r in got if r["panel"] == panel})
@@ -38,9 +52,11 @@ def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0) -> tuple[list
                 raise ValueError(f"panel {panel}: {run} evaluated other tasks than {runs[0]} (same config and "
                                  "eval.seed give the same tasks)")
         rows += got
-        metas.append(json.loads((run / "metrics.json").read_text()))
+        metas.append(meta)
+    if unknown := sorted({s for pair in pairs for s in pair} - set(owner)):
+        raise ValueError(f"--pair: no run has {', '.join(unknown)}; the systems: {', '.join(sorted(owner))}")
     results = [EpisodeResult(**r) for r in rows]
-    metrics = build_metrics(results, ci=ci, seed=seed)
+    metrics = build_metrics(results, ci=ci, seed=seed, pairs=pairs)
     metrics["perf"] = {s: p for m in metas for s, p in (m.get("perf") or {}).items()}
     metrics["library_versions"] = {s: v for m in metas for s, v in (m.get("library_versions") or {}).items()}
     metrics["skipped_systems"] = {s: why for m in metas for s, why in (m.get("skipped_systems") or {}).items() if s not in owner}
@@ -62,8 +78,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, type=Path)
     p.add_argument("--ci", default="wilson", help="the runs' eval.ci")
     p.add_argument("--seed", type=int, default=0, help="the runs' eval.seed")
+    p.add_argument("--rename", nargs=3, action="append", default=[], metavar=("RUN", "SYSTEM", "NEW"),
+                   help="rename SYSTEM of the RUN-th run (1-based) to NEW; repeatable")
+    p.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"),
+                   help="also compare A vs B on the same tasks (exact McNemar); repeatable")
     args = p.parse_args(argv)
-    rows, metrics = merge(args.runs, args.ci, args.seed)
+    rename: dict[int, dict[str, str]] = {}
+    for k, old, new in args.rename:
+        if not k.isdigit() or not 1 <= int(k) <= len(args.runs):
+            p.error(f"--rename {k}: RUN is a run's position, 1 to {len(args.runs)}")
+        rename.setdefault(int(k) - 1, {})[old] = new
+    rows, metrics = merge(args.runs, args.ci, args.seed, rename, [tuple(x) for x in args.pair])
     write_report(metrics, args.out, confusion=routing_confusion(rows))
     write_text(args.out / "episodes.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     print(json.dumps({s: {p: round(b["success"], 3) for p, b in panels.items()} for s, panels in metrics["systems"].items()}))

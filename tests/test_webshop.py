@@ -397,6 +397,15 @@ def test_evaluations_of_disjoint_systems_merge_into_the_single_run(shared_data, 
         assert merged[key] == whole[key], key
     with pytest.raises(ValueError, match="strategy:rule_options is in both"):
         merge([b, b])
+    # one system twice (a model before and after a change): renamed in one run, compared by name
+    rows, two = merge([b, b], rename={1: {"strategy:rule_options": "again"}}, pairs=[("again", "strategy:rule_options")])
+    assert two["systems"]["again"] == two["systems"]["strategy:rule_options"]
+    same = two["paired"][next(iter(two["paired"]))]["again vs strategy:rule_options"]
+    assert (same["a_only"], same["b_only"], same["n"]) == (0, 0, 10)
+    with pytest.raises(ValueError, match="no system nope"):
+        merge([a, b], rename={0: {"nope": "x"}})
+    with pytest.raises(ValueError, match="no run has x; the systems: random_action"):
+        merge([a, b], pairs=[("x", "random_action")])
 
 
 def test_a_killed_evaluation_resumes_from_its_finished_chunks(shared_data, tmp_path, monkeypatch):

@@ -117,6 +117,7 @@ def build_metrics(
     z: float = 1.96,
     n_boot: int = 2000,
     seed: int = 0,
+    pairs: Iterable[tuple[str, str]] = (),
 ) -> dict:
     """Aggregate per-episode results into the metrics dict (module docstring; DESIGN.md §6).
 
@@ -128,6 +129,7 @@ def build_metrics(
         ci: interval of greedy success: ``"wilson"`` or ``"bootstrap"`` (``EvalConfig.ci``).
         z: normal quantile of the Wilson interval (1.96 for 95%).
         n_boot, seed: bootstrap resamples and seed (avg@k always; success when ``ci="bootstrap"``).
+        pairs: paired comparisons beyond ``PAIRED_COMPARISONS`` (``(a, b)`` system names).
 
     Raises:
         ValueError: no results; a (system, panel) with sampled but no greedy episodes; the same
@@ -180,7 +182,8 @@ def build_metrics(
             block["routing_accuracy"] = None if one_label else float(np.mean([e.chosen_talent == e.oracle_talent for e in routed]))
             block["routing_n"] = int(len(routed))
         systems.setdefault(system, {})[panel] = block
-    return {"schema": SCHEMA_VERSION, "ci_level": 0.95, "systems": systems, "paired": paired_comparisons(rs)}
+    paired = paired_comparisons(rs, [*PAIRED_COMPARISONS, *pairs])
+    return {"schema": SCHEMA_VERSION, "ci_level": 0.95, "systems": systems, "paired": paired}
 
 
 TRAINING_KEYS = {"rollout/reward": "reward", "route/contrast": "contrast", "route/divergence": "divergence",

@@ -1,4 +1,5 @@
-"""SFT step time beside another CPU-bound process: a fixed thread count vs threads that follow the free CPUs.
+"""SFT step time (or query embedding) beside another CPU-bound process: a fixed thread count vs threads that follow
+the free CPUs.
 
 Issue 38: on 2 cores, SFT with 2 compute threads ran 12-18x slower beside one other CPU-bound process than alone (each
 parallel region waits for the thread whose core was given away), far past the fair share of 2x. ``talentrl_core.threads``
@@ -12,8 +13,11 @@ sets the thread count from the CPUs free of other work. This bench runs, in one 
 Each run times SFT steps of the demo model (Qwen2 256 x 8, ffn 768, vocab 2048, random init): forward + backward on
 ``--batch`` rows of ``--length`` tokens in micro-batches of 4, then AdamW, as ``sft.py`` trains. It prints seconds per
 step (median after the warm-up) and the slowdown against run 1; the issue's bar is run 4 at most 2.5x run 1.
+``--work embed``: a step is ``--batch`` single-query calls of the library's embedder (``library.embed.Embedder``, as
+SFT data, distillation and retrieval call it), which follows the free CPUs inside ``encode``.
 
     .venv/bin/python bench/bench_threads.py            # ~3-6 min on 2 idle cores
+    .venv/bin/python bench/bench_threads.py --work embed --batch 50
     .venv/bin/python bench/bench_threads.py --steps 3 --length 128
 """
 
@@ -32,12 +36,33 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
+def embed_steps(args) -> tuple[list[float], list[int]]:
+    """Seconds per ``--batch`` single-query embeddings (new texts each, so nothing comes from the cache)."""
+    import torch
+
+    from talentrl_core.library.embed import Embedder
+
+    e = Embedder()
+    times, threads = [], []
+    for step in range(args.warmup + args.steps):
+        t0 = time.perf_counter()
+        for i in range(args.batch):
+            e.encode([f"step {step} query {i}: a long sleeve shirt in red, size {i}, lower than {step} dollars"], cache=False)
+        if step >= args.warmup:
+            times.append(time.perf_counter() - t0)
+            threads.append(torch.get_num_threads())
+    return times, threads
+
+
 def worker(args) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from talentrl_core.threads import follow_free_cpus
 
+    if args.work == "embed":
+        times, threads = embed_steps(args)
+        return {"s_per_step": statistics.median(times), "threads": sorted(set(threads))}
     if args.worker == "fixed":
         torch.set_num_threads(len(os.sched_getaffinity(0)))
     torch.manual_seed(0)
@@ -64,12 +89,14 @@ def worker(args) -> dict:
 
 def run(mode: str, busy: bool, args) -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    if mode == "fixed":  # a fixed count keeps the governor out (threads.py), wherever the library calls it
+        env["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))
     hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
     try:
         if hog is not None:
             time.sleep(1.0)
         out = subprocess.run([sys.executable, __file__, "--worker", mode, "--steps", str(args.steps), "--warmup",
-                              str(args.warmup), "--batch", str(args.batch), "--length", str(args.length)],
+                              str(args.warmup), "--batch", str(args.batch), "--length", str(args.length), "--work", args.work],
                              env=env, capture_output=True, text=True, check=True)
     finally:
         if hog is not None:
@@ -83,7 +110,8 @@ def main() -> None:
     ap.add_argument("--worker", choices=["fixed", "governor"], help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps first (the governor decides after 2 s)")
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--work", choices=["sft", "embed"], default="sft", help="what a step does")
+    ap.add_argument("--batch", type=int, default=16, help="rows of an SFT step, or single queries of an embed step")
     ap.add_argument("--length", type=int, default=256)
     ap.add_argument("--json", help="also write the figures here")
     args = ap.parse_args()
@@ -99,7 +127,8 @@ def main() -> None:
         rows.append({"run": label, **r})
         print(f"{label:40s} {r['s_per_step']:7.3f} s/step  threads {r['threads']}", flush=True)
     base = rows[0]["s_per_step"]
-    print(f"\n{cpus} CPUs, batch {args.batch} x {args.length} tokens, median of {args.steps} steps")
+    what = f"{args.batch} single-query embeddings" if args.work == "embed" else f"batch {args.batch} x {args.length} tokens"
+    print(f"\n{cpus} CPUs, {args.work}: {what} a step, median of {args.steps} steps")
     for r in rows:
         r["slowdown"] = round(r["s_per_step"] / base, 3)
         print(f"{r['run']:40s} {r['slowdown']:6.2f}x the baseline")

@@ -105,7 +105,7 @@ class Embedder:
         fresh: dict[str, np.ndarray] = {}
         if missing:
             model = load_sentence_transformer(self.name, self.device)
-            follow_free_cpus()  # SFT data embeds a query per step: 2 threads beside a busy core ran 2.3x slower
+            follow_free_cpus()  # a query per SFT sample: 2 threads on 1 free core ran 30x slower (docs/performance.md)
             todo = list(missing.items())
             vecs = model.encode(
                 [t for _, t in todo], batch_size=self.batch_size, normalize_embeddings=True,

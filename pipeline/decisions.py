@@ -5,7 +5,9 @@ of a panel's tasks and the checkpoint, shown the same prompt with the teacher's 
         --panel webshop --out docs/results/webshop/decisions
 
 Writes ``records.jsonl`` (one row per decision: teacher's command, the policy's, its class, correct) and
-``metrics.json`` (accuracy per decision class and overall) into ``--out``.
+``metrics.json`` (accuracy per decision class and overall) into ``--out``. ``--rank`` also scores every admissible
+command by its whole log-probability and records the teacher's rank among them (per class: how often it scored first,
+its median rank): whether the model prefers the right command even where greedy decoding names another.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--checkpoint", required=True)
         p.add_argument("--teacher", required=True, help="a strategy expert of the panel's family (envs.strategies)")
         p.add_argument("--panel", required=True)
+        p.add_argument("--rank", action="store_true", help="also score every admissible command by its whole "
+                       "log-probability: the teacher's rank among them (slower: one scoring pass a decision)")
 
     return run_diagnostic("python -m pipeline.decisions", __doc__, add_args, decisions, argv, rows_name="records.jsonl")
 
@@ -37,7 +41,8 @@ def decisions(cfg, args):
 
     knowledge = open_knowledge(pinned_library(cfg, Path(args.checkpoint)))
     records, table = teacher_forced(cfg, args.panel, args.checkpoint, args.teacher, knowledge,
-                                    lambda ckpt: load_policy(cfg, ckpt, temperature=0.0, name="decisions")[0], progress=True)
+                                    lambda ckpt: load_policy(cfg, ckpt, temperature=0.0, name="decisions")[0], progress=True,
+                                    rank=args.rank)
     return records, {"checkpoint": args.checkpoint, "teacher": args.teacher, "panel": args.panel, "decisions": table}
 
 

@@ -375,6 +375,39 @@ def test_teacher_forced_accuracy_counts_each_decision(choice_family):
     assert 0 < sum(r["correct"] for r in out["random"][1]) < len(out["random"][1])
 
 
+def test_ranked_decisions_score_every_admissible_command(choice_family, shared_data, tmp_path):
+    """pipeline.decisions --rank: every admissible command's whole log-probability under the decoding mask; over a
+    step's candidates they sum to 1, and the teacher's rank is where its command stands in that order."""
+    import math
+
+    from talentrl_core.config import ModelConfig
+    from talentrl_core.envs.webshop.spec import action_template
+    from talentrl_core.evaluation.decisions import TeacherForced, accuracy_table, rank_commands
+    from talentrl_core.generation import TransformersGenerator
+    from talentrl_core.models import build_tiny, load_model
+    from talentrl_core.policies import LLMPolicy
+    from talentrl_core.rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
+
+    tiny = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                       intermediate_size=64, vocab_size=600, max_position_embeddings=512, device="cpu", threads=1)
+    model, tok = load_model(build_tiny(tiny, tmp_path / "m", shared_data))
+    policy = LLMPolicy(TransformersGenerator(model.eval(), tok), tok, max_new_tokens=16, temperature=0.0)
+    policy.model = model
+    allowed = ["<action>click[buy now]</action>", "<action>click[< prev]</action>", "<action>click[red]</action>"]
+    ranked = rank_commands(policy, [{"role": "user", "content": "buy a red shirt"}], allowed, "webshop")
+    assert sorted(c for c, _ in ranked) == ["click[< prev]", "click[buy now]", "click[red]"]
+    assert [lp for _, lp in ranked] == sorted((lp for _, lp in ranked), reverse=True)
+    assert sum(math.exp(lp) for _, lp in ranked) == pytest.approx(1.0, abs=1e-3)
+
+    wrapper = TeacherForced(policy, "rank_order", action_template, rank=True)
+    run_episodes(choice_family.make, [EpisodeSpec(t, seed=i) for i, t in enumerate(choice_family.tasks("test")[:2])],
+                 wrapper, RolloutSettings(max_steps=8), NoKnowledge(), 2, False)
+    ranked_rows = [r for r in wrapper.records if "teacher_rank" in r]
+    assert ranked_rows and all(0 <= r["teacher_rank"] < r["candidates"] for r in ranked_rows)
+    assert all((r["teacher_rank"] == 0) == (r["top_scored"] == r["teacher"]) for r in ranked_rows)
+    assert accuracy_table(wrapper.records)["all"]["scored_first"] == sum(r["teacher_rank"] == 0 for r in ranked_rows)
+
+
 def test_evaluations_of_disjoint_systems_merge_into_the_single_run(shared_data, tmp_path):
     """pipeline.merge_eval: two evaluate runs of disjoint systems on the same goals give the metrics one run of all
     of them gives (timings aside); a system in both runs is refused."""

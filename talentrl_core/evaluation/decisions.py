@@ -6,10 +6,15 @@ classic teacher-forced accuracy of imitation learning, on the teacher's state di
 the teacher's talent (``routing: fixed``), so "the right command" is the one that talent's strategy takes. Each
 decision is classed by its abstract command (``library.templates.abstract_action``; WebShop: the search query, a result,
 an option, buy, a page button).
+
+With ``rank`` the policy also scores every admissible command by its whole log-probability under the decoding mask
+(``rank_commands``; as WebShop's IL agent scores each button): where greedy decoding names another command, the
+teacher's rank among the candidates says whether the model prefers it at all (``pipeline.decisions --rank``).
 """
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from typing import Optional, Sequence
 
@@ -23,8 +28,8 @@ class TeacherForced:
 
     name = "teacher_forced"
 
-    def __init__(self, model, teacher: str, template):
-        self.model, self.teacher, self.template = model, teacher, template
+    def __init__(self, model, teacher: str, template, rank: bool = False):
+        self.model, self.teacher, self.template, self.rank = model, teacher, template, rank
         self.records: list[dict] = []
 
     def complete(self, items) -> list[GenResult]:
@@ -36,9 +41,14 @@ class TeacherForced:
                 continue
             want = it.env.strategy_action(self.teacher)
             got = parse_for_env(it.env_name, answer.text)
-            self.records.append({"goal": it.env.goal() if hasattr(it.env, "goal") else "", "teacher": want, "policy": got,
-                                 "decision": self.template(" ".join(str(want or "").lower().split())),
-                                 "correct": same_command(got, want)})
+            record = {"goal": it.env.goal() if hasattr(it.env, "goal") else "", "teacher": want, "policy": got,
+                      "decision": self.template(" ".join(str(want or "").lower().split())),
+                      "correct": same_command(got, want)}
+            if self.rank and it.allowed:
+                ranked = rank_commands(self.model, it.messages, it.allowed, it.env_name)
+                record.update(candidates=len(ranked), top_scored=ranked[0][0],
+                              teacher_rank=next((i for i, (c, _) in enumerate(ranked) if same_command(c, want)), None))
+            self.records.append(record)
             out.append(GenResult(text=format_action(it.env_name, want) if want else "", token_ids=[], prompt_tokens=0))
         return out
 
@@ -52,19 +62,47 @@ def same_command(a: Optional[str], b: Optional[str]) -> bool:
     return a is not None and b is not None and " ".join(a.lower().split()) == " ".join(b.lower().split())
 
 
+def rank_commands(policy, messages: list[dict], allowed: Sequence[str], env_name: str) -> list[tuple[str, float]]:
+    """Every allowed completion as ``(command, log p)``, best first: the whole completion's log-probability under
+    the decoding mask at temperature 1 (the policy's own prompt, cut as its generator cuts it). Over all of them the
+    probabilities sum to 1."""
+    from ..rl.samples import Sample, completion_ids_of, score_completions
+
+    model, tok = policy.model, policy.tok
+    keep = getattr(policy.gen, "max_context", model.config.max_position_embeddings) - policy.max_new_tokens
+    prompt = list(policy.prompt_ids(messages))[-keep:]
+    samples = [Sample("exec", prompt, completion_ids_of(tok, a), [], allowed=list(allowed)) for a in allowed]
+    scores = score_completions(model, tok, samples, model.config.vocab_size, 1.0)
+    return sorted(((parse_for_env(env_name, a), sum(lp)) for a, lp in zip(allowed, scores)), key=lambda x: -x[1])
+
+
 def accuracy_table(records: Sequence[dict]) -> dict:
-    """{decision: {n, correct, accuracy}} and the overall row ``all``."""
-    groups: dict[str, list[bool]] = defaultdict(list)
+    """{decision: {n, correct, accuracy}} and the overall row ``all``; with ranked records (``rank``) also how often
+    the teacher's command scored first and its median rank (1 = first).
+
+    >>> accuracy_table([{"decision": "a", "correct": True, "teacher_rank": 0}, {"decision": "a", "correct": False,
+    ...                 "teacher_rank": 3}])["a"]
+    {'n': 2, 'correct': 1, 'accuracy': 0.5, 'scored_first': 1, 'median_rank': 2.5}
+    """
+    groups: dict[str, list[dict]] = defaultdict(list)
     for r in records:
-        groups[r["decision"]].append(bool(r["correct"]))
-        groups["all"].append(bool(r["correct"]))
-    return {k: {"n": len(v), "correct": sum(v), "accuracy": round(sum(v) / len(v), 4)} for k, v in sorted(groups.items())}
+        groups[r["decision"]].append(r)
+        groups["all"].append(r)
+    table = {}
+    for k, rows in sorted(groups.items()):
+        ok = [bool(r["correct"]) for r in rows]
+        table[k] = {"n": len(ok), "correct": sum(ok), "accuracy": round(sum(ok) / len(ok), 4)}
+        ranks = [r["teacher_rank"] for r in rows if r.get("teacher_rank") is not None]
+        if ranks:
+            table[k].update(scored_first=sum(x == 0 for x in ranks), median_rank=statistics.median(x + 1 for x in ranks))
+    return table
 
 
-def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, load_policy, progress: bool = False
-                   ) -> tuple[list[dict], dict]:
+def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, load_policy, progress: bool = False,
+                   rank: bool = False) -> tuple[list[dict], dict]:
     """(records, table): ``checkpoint`` named the teacher's every command on ``panel``'s tasks, given the talent
-    distilled from that teacher (``knowledge`` a flat=False library view; the library's strategy labels name it)."""
+    distilled from that teacher (``knowledge`` a flat=False library view; the library's strategy labels name it);
+    ``rank``: every admissible command scored too (``rank_commands``)."""
     from ..library.templates import abstract_action
     from ..rollout import EpisodeSpec, run_episodes
     from .runner import open_panel
@@ -74,7 +112,7 @@ def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, lo
     if teacher not in talents:
         raise ValueError(f"no talent distilled from the strategy {teacher!r} in this library; "
                          f"choose from {sorted(k for k in talents if k)}")
-    wrapper = TeacherForced(load_policy(checkpoint), teacher, lambda a: abstract_action(family.name, a))
+    wrapper = TeacherForced(load_policy(checkpoint), teacher, lambda a: abstract_action(family.name, a), rank)
     specs = [EpisodeSpec(t, routing="fixed", talent_id=talents[teacher], use_skills=True, seed=cfg.eval.seed * 100003 + i)
              for i, t in enumerate(tasks)]
     trajs = run_episodes(family.make, specs, wrapper, settings, knowledge, cfg.collect.batch_size, progress)

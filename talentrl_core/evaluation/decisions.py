@@ -68,7 +68,10 @@ def rank_commands(policy, messages: list[dict], allowed: Sequence[str], env_name
     probabilities sum to 1."""
     from ..rl.samples import Sample, completion_ids_of, score_completions
 
-    model, tok = policy.model, policy.tok
+    model, tok = getattr(policy, "model", None), policy.tok
+    if model is None:
+        raise ValueError("ranking the admissible commands needs the model's weights (model.backend transformers); "
+                         "this policy has none (an OpenAI-compatible endpoint)")
     keep = getattr(policy.gen, "max_context", model.config.max_position_embeddings) - policy.max_new_tokens
     prompt = list(policy.prompt_ids(messages))[-keep:]
     samples = [Sample("exec", prompt, completion_ids_of(tok, a), [], allowed=list(allowed)) for a in allowed]

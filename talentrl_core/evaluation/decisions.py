@@ -66,16 +66,16 @@ def rank_commands(policy, messages: list[dict], allowed: Sequence[str], env_name
     """Every allowed completion as ``(command, log p)``, best first: the whole completion's log-probability under
     the decoding mask at temperature 1 (the policy's own prompt, cut as its generator cuts it). Over all of them the
     probabilities sum to 1."""
-    from ..rl.samples import Sample, completion_ids_of, score_completions
+    from ..rl.samples import Sample, chat_prompt_ids, completion_ids_of, score_completions
 
     model, tok = getattr(policy, "model", None), policy.tok
     if model is None:
         raise ValueError("ranking the admissible commands needs the model's weights (model.backend transformers); "
                          "this policy has none (an OpenAI-compatible endpoint)")
     keep = getattr(policy.gen, "max_context", model.config.max_position_embeddings) - policy.max_new_tokens
-    prompt = list(policy.prompt_ids(messages))[-keep:]
+    prompt = chat_prompt_ids(tok, messages, keep)
     samples = [Sample("exec", prompt, completion_ids_of(tok, a), [], allowed=list(allowed)) for a in allowed]
-    scores = score_completions(model, tok, samples, model.config.vocab_size, 1.0)
+    scores = score_completions(model, tok, samples, model.config.vocab_size, 1.0, share_prefix=True)
     return sorted(((parse_for_env(env_name, a), sum(lp)) for a, lp in zip(allowed, scores)), key=lambda x: -x[1])
 
 

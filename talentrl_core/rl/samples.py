@@ -251,17 +251,20 @@ def unpad_rows(values: torch.Tensor, samples: Sequence[Sample]) -> list[list[flo
 
 @torch.no_grad()
 def score_completions(model, tokenizer, samples: Sequence[Sample], vocab_size: int, temperature: float,
-                      micro_batch: int = 16, tries: Optional[TrieCache] = None) -> list[list[float]]:
+                      micro_batch: int = 16, tries: Optional[TrieCache] = None, share_prefix: bool = False
+                      ) -> list[list[float]]:
     """Teacher-forced per-token log-probs of each sample's completion (under its mask), without gradient.
 
     Used at rollout time for routing samples: scoring every ``<talent>ID</talent>`` of the menu gives the
     policy's routing distribution, and the chosen completions' scores are their ``old_logprobs``.
+    ``share_prefix`` (``collate``): a micro-batch's common prompt prefix is read once, as where every sample is one
+    prompt's candidate commands.
     """
     device = next(model.parameters()).device
     tries = tries or TrieCache(tokenizer)
     out: list[list[float]] = []
     for i in range(0, len(samples), micro_batch):
         chunk = list(samples[i:i + micro_batch])
-        batch = collate(chunk, tokenizer, vocab_size, device, tries)
+        batch = collate(chunk, tokenizer, vocab_size, device, tries, share_prefix)
         out.extend(unpad_rows(token_logprobs(model, batch, temperature), chunk))
     return out

@@ -65,20 +65,19 @@ def resolve_compute_dtype(choice: str, device: torch.device | str = "cpu") -> to
 
 
 def resolve_attn_implementation(choice: str, compute_dtype: torch.dtype, device: torch.device | str = "cpu") -> Optional[str]:
-    """The ``attn_implementation`` to load a model with (None: transformers' default).
+    """The ``attn_implementation`` to load a model with (None: transformers' default, sdpa).
 
-    ``auto`` picks ``eager`` for bfloat16 compute on a CPU: its attention matmuls run on the CPU's bf16 units, while
-    the CPU flash kernel (sdpa) gains nothing from bf16 (measured on the demo model, 4 x 450 tokens, 2 threads:
-    training step 0.30 s eager vs 0.37 s sdpa, forward equal).
+    ``auto`` leaves transformers' default everywhere. Eager attention stores every score matrix (heads x tokens x
+    tokens a row and layer), which a CPU pays for in page faults as well as memory: one SFT step of the WebShop model
+    under bf16 autocast (4 rows, 1 thread) ran 1.10x / 2.5x / 4.4x faster with sdpa at 512 / 1,024 / 2,048 tokens
+    (``bench/bench_alloc.py``, 2026-12-06; an older measurement at 450 tokens had eager ahead, 0.30 vs 0.37 s).
 
-    >>> resolve_attn_implementation("auto", torch.bfloat16, "cpu"), resolve_attn_implementation("auto", torch.float32, "cpu")
-    ('eager', None)
-    >>> resolve_attn_implementation("sdpa", torch.bfloat16, "cpu"), resolve_attn_implementation("auto", torch.bfloat16, "cuda")
-    ('sdpa', None)
+    >>> resolve_attn_implementation("auto", torch.bfloat16, "cpu"), resolve_attn_implementation("auto", torch.float32, "cuda")
+    (None, None)
+    >>> resolve_attn_implementation("eager", torch.bfloat16, "cpu")
+    'eager'
     """
-    if choice != "auto":
-        return choice
-    return "eager" if torch.device(device).type == "cpu" and compute_dtype == torch.bfloat16 else None
+    return None if choice == "auto" else choice
 
 
 def autocast(dtype: torch.dtype, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:

@@ -232,9 +232,11 @@ def _tracker(cfg: TalentRLConfig, stage: str):
 def sft(cfg: TalentRLConfig) -> dict:
     """Talent-aware SFT of the base model on successful training trajectories (TRL SFTTrainer)."""
     from .knowledge import open_knowledge
+    from .memory import keep_freed_memory
     from .models import ensure_base_model
     from .sft import train_sft
 
+    keep_freed_memory()  # each micro-batch reuses the last one's blocks instead of faulting in new pages
     paths = ArtifactPaths.of(cfg)
     trajs = train_trajectories(cfg, expert_first=True)
     knowledge = require_library(open_knowledge(cfg.library), cfg)
@@ -322,8 +324,10 @@ def rl_both(cfg: TalentRLConfig, systems: tuple[str, ...] = RL_SYSTEMS) -> dict:
         raise ValueError(f"rl: unknown system(s) {sorted(unknown)}; choose from {list(RL_SYSTEMS)}")
     import dataclasses
 
+    from .memory import keep_freed_memory
     from .preemption import stop_signals
 
+    keep_freed_memory()
     flat = dataclasses.replace(cfg, rl=cfg.rl.as_flat_baseline())
     started = time.time()  # one sitting for both systems: rl.max_minutes bounds the stage, not each system
     with stop_signals("rl"):  # and one stop request: a SIGTERM in the first system's last update stops the second

@@ -27,24 +27,21 @@ def test_bad_compute_dtype_is_refused_by_name():
         ModelConfig(compute_dtype="fp8")
 
 
-def test_attention_kernel_follows_the_compute_dtype(tmp_path, shared_data):
-    """auto: eager attention for bf16 compute on a CPU, transformers' default otherwise; a forced value is kept and a
-    bad one named. The loaded model really runs the chosen kernel, and both kernels give the same log-probs."""
+def test_attention_kernel_auto_is_sdpa_and_a_forced_one_is_kept(tmp_path, shared_data):
+    """auto: transformers' default (sdpa) on a CPU under bf16 too; a forced value is kept and a bad one named. The
+    loaded model really runs the chosen kernel, and both kernels give the same log-probs."""
     from talentrl_core.models import build_tiny, load_model
 
     cfg = ModelConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                       intermediate_size=64, vocab_size=600, compute_dtype="bfloat16")
     build_tiny(cfg, tmp_path / "m", shared_data, ["go north", "take coin"])
-    eager, tok = load_model(tmp_path / "m", cfg)
+    auto, tok = load_model(tmp_path / "m", cfg)
+    assert auto.config._attn_implementation == "sdpa"
+    cfg.attn_implementation = "eager"
+    eager, _ = load_model(tmp_path / "m", cfg)
     assert eager.config._attn_implementation == "eager"
-    cfg.attn_implementation = "sdpa"
-    sdpa, _ = load_model(tmp_path / "m", cfg)
-    assert sdpa.config._attn_implementation == "sdpa"
     ids = torch.tensor([tok("go north then take coin")["input_ids"]])
     with torch.no_grad():
-        assert torch.allclose(eager(ids).logits, sdpa(ids).logits, atol=1e-4)  # float32 outside autocast
-    cfg.compute_dtype, cfg.attn_implementation = "float32", "auto"
-    plain, _ = load_model(tmp_path / "m", cfg)
-    assert plain.config._attn_implementation == "sdpa"
+        assert torch.allclose(eager(ids).logits, auto(ids).logits, atol=1e-4)  # float32 outside autocast
     with pytest.raises(ValueError, match="model.attn_implementation='fast'.*eager"):
         ModelConfig(attn_implementation="fast")

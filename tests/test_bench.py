@@ -203,3 +203,13 @@ def test_bench_device_runs_every_row_on_cpu(tmp_path, shared_data):
     assert set(rows) == {"generate", "rl_update", "sft"} and "64 x 1" in json.loads(res.read_text())["model"]
     assert all(rows[r]["cpu"]["ok"] for r in rows), stdout
     assert rows["generate"]["cpu"]["check"] == "choices ok" and "weights changed" in rows["rl_update"]["cpu"]["check"]
+
+
+def test_bench_alloc_prints_each_variant_against_the_baseline(tmp_path):
+    res = tmp_path / "alloc.json"
+    stdout = _run("bench_alloc.py", "--steps", "1", "--warmup", "0", "--batch", "4", "--length", "64", "--json", str(res),
+                  tmp_path=tmp_path)
+    rows = json.loads(res.read_text())["rows"]
+    assert [r["run"] for r in rows][0] == "eager attention, glibc defaults" and rows[0]["speedup"] == 1.0
+    assert len(rows) == 4 and all(r["s_per_step"] > 0 and r["runs"][0]["faults_per_step"] >= 0 for r in rows)
+    assert "the baseline's speed" in stdout

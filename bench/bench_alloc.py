@@ -84,7 +84,7 @@ def worker(args) -> dict:
 
 
 def run(attn: str, keep: bool, args) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != "TALENTRL_KEEP_FREED_MEMORY"}
+    env = {**os.environ, "TALENTRL_KEEP_FREED_MEMORY": "1" if keep else "0"}
     cmd = [sys.executable, __file__, "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch",
            str(args.batch), "--length", str(args.length), "--threads", str(args.threads), "--vocab", str(args.vocab), "--attn", attn, "--dtype", args.dtype]
     out = subprocess.run(cmd + (["--keep"] if keep else []), env=env, capture_output=True, text=True, check=True)

@@ -236,7 +236,7 @@ def sft(cfg: TalentRLConfig) -> dict:
     from .models import ensure_base_model
     from .sft import train_sft
 
-    keep_freed_memory()  # each micro-batch reuses the last one's blocks instead of faulting in new pages
+    keep_freed_memory()  # opt-in (TALENTRL_KEEP_FREED_MEMORY=1): micro-batches reuse freed blocks (memory.py)
     paths = ArtifactPaths.of(cfg)
     trajs = train_trajectories(cfg, expert_first=True)
     knowledge = require_library(open_knowledge(cfg.library), cfg)
@@ -327,7 +327,7 @@ def rl_both(cfg: TalentRLConfig, systems: tuple[str, ...] = RL_SYSTEMS) -> dict:
     from .memory import keep_freed_memory
     from .preemption import stop_signals
 
-    keep_freed_memory()
+    keep_freed_memory()  # opt-in (memory.py)
     flat = dataclasses.replace(cfg, rl=cfg.rl.as_flat_baseline())
     started = time.time()  # one sitting for both systems: rl.max_minutes bounds the stage, not each system
     with stop_signals("rl"):  # and one stop request: a SIGTERM in the first system's last update stops the second

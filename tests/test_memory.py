@@ -3,6 +3,7 @@ pages, where glibc's defaults unmap it on free and fault every page in again. (W
 measured by bench/bench_alloc.py.)"""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -25,8 +26,9 @@ print(json.dumps({"kept": kept, "faults": faults}))
 PAGES = 64 * 2**20 // 4096
 
 
-def probe(mode: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True)
+def probe(mode: str, opt_in: str = "1") -> dict:
+    env = {**os.environ, "TALENTRL_KEEP_FREED_MEMORY": opt_in}
+    out = subprocess.run([sys.executable, "-c", PROBE, mode], capture_output=True, text=True, check=True, env=env)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -37,6 +39,5 @@ def test_a_freed_block_is_reused_without_new_page_faults():
     assert kept["faults"][0] > PAGES // 2 and max(kept["faults"][1:]) < PAGES // 10  # then reused as it is
 
 
-def test_the_environment_can_turn_it_off(monkeypatch):
-    monkeypatch.setenv("TALENTRL_KEEP_FREED_MEMORY", "0")
-    assert probe("keep")["kept"] is False
+def test_it_is_off_unless_asked_for():
+    assert probe("keep", opt_in="")["kept"] is False and probe("keep", opt_in="0")["kept"] is False

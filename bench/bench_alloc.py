@@ -8,7 +8,8 @@ page fault and a zeroed 4 KiB page each, in the kernel. Measured during WebShop'
 ``perf``): 546,000 minor faults a second, 52% of the samples in the kernel (page faults, their locks, memcg
 charging, page clearing). This bench runs, each in its own process, in one go and ``--rounds`` times interleaved:
 
-1. eager attention (what ``model.attn_implementation=auto`` picks for bf16 on a CPU), glibc defaults: the baseline;
+1. eager attention (what ``model.attn_implementation=auto`` picked for bf16 on a CPU until 2026-12-06), glibc
+   defaults: the baseline;
 2. eager attention, freed memory kept (``keep_freed_memory``: ``mallopt`` turns off mmap for large blocks and
    trimming, so blocks are reused from the heap: no fault, no zeroing after the first step);
 3. sdpa attention (the scores are never stored whole), glibc defaults;
@@ -44,10 +45,9 @@ VARIANTS = (("eager attention, glibc defaults", "eager", False), ("eager attenti
 
 
 def worker(args) -> dict:
-    if args.keep:
-        from talentrl_core.memory import keep_freed_memory
+    from talentrl_core.memory import keep_freed_memory
 
-        assert keep_freed_memory(), "mallopt refused"
+    kept = keep_freed_memory()  # on where run() set TALENTRL_KEEP_FREED_MEMORY=1
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -78,7 +78,7 @@ def worker(args) -> dict:
             faults.append(r1.ru_minflt - r0.ru_minflt)
             cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
             kernel.append((r1.ru_stime - r0.ru_stime) / cpu if cpu else 0.0)
-    return {"s_per_step": statistics.median(times), "faults_per_step": int(statistics.median(faults)),
+    return {"kept": kept, "s_per_step": statistics.median(times), "faults_per_step": int(statistics.median(faults)),
             "kernel_share": round(statistics.median(kernel), 3),
             "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}
 
@@ -87,14 +87,15 @@ def run(attn: str, keep: bool, args) -> dict:
     env = {**os.environ, "TALENTRL_KEEP_FREED_MEMORY": "1" if keep else "0"}
     cmd = [sys.executable, __file__, "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch",
            str(args.batch), "--length", str(args.length), "--threads", str(args.threads), "--vocab", str(args.vocab), "--attn", attn, "--dtype", args.dtype]
-    out = subprocess.run(cmd + (["--keep"] if keep else []), env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert r["kept"] == keep, f"keep_freed_memory gave {r['kept']}, asked {keep} (not glibc?)"
+    return r
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--keep", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--batch", type=int, default=8, help="rows of a step")

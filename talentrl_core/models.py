@@ -21,7 +21,6 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenize
 
 from .config import ModelConfig, ModelKind
 from .io import atomic_dir
-from .precision import resolve_attn_implementation, resolve_compute_dtype
 from .prompts import RULES
 
 # Qwen2's pre-tokenizer regex (transformers/models/qwen2/tokenization_qwen2.py).
@@ -196,7 +195,8 @@ def load_model(path: str | Path, cfg: Optional[ModelConfig] = None, device: Opti
     dtype = getattr(torch, cfg.dtype) if cfg else torch.float32
     local = check_model_path(path)
     dev = resolve_device(device or (cfg.device if cfg else "cpu"))
-    attn = cfg and resolve_attn_implementation(cfg.attn_implementation, resolve_compute_dtype(cfg.compute_dtype, dev), dev)
+    # auto: transformers' default, sdpa (on a CPU 3.7x eager at 2,048 tokens: docs/performance.md)
+    attn = cfg.attn_implementation if cfg and cfg.attn_implementation != "auto" else None
     kwargs = {"attn_implementation": attn} if attn else {}
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, **kwargs)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Iterator
 
 import torch
 
@@ -62,22 +62,6 @@ def resolve_compute_dtype(choice: str, device: torch.device | str = "cpu") -> to
     if dev.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
     return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
-
-
-def resolve_attn_implementation(choice: str, compute_dtype: torch.dtype, device: torch.device | str = "cpu") -> Optional[str]:
-    """The ``attn_implementation`` to load a model with (None: transformers' default, sdpa).
-
-    ``auto`` leaves transformers' default everywhere. Eager attention stores every score matrix (heads x tokens x
-    tokens a row and layer), which a CPU pays for in page faults as well as memory: one SFT step of the WebShop model
-    under bf16 autocast (4 rows, 1 thread) ran 1.10x / 2.5x / 4.4x faster with sdpa at 512 / 1,024 / 2,048 tokens
-    (``bench/bench_alloc.py``, 2026-12-06; an older measurement at 450 tokens had eager ahead, 0.30 vs 0.37 s).
-
-    >>> resolve_attn_implementation("auto", torch.bfloat16, "cpu"), resolve_attn_implementation("auto", torch.float32, "cuda")
-    (None, None)
-    >>> resolve_attn_implementation("eager", torch.bfloat16, "cpu")
-    'eager'
-    """
-    return None if choice == "auto" else choice
 
 
 def autocast(dtype: torch.dtype, device: torch.device | str = "cpu") -> contextlib.AbstractContextManager:

@@ -18,8 +18,9 @@ charging, page clearing). This bench runs, each in its own process, in one go an
 Each prints seconds per step (median after the warm-up), minor page faults per step, the kernel's share of the
 process's CPU time, peak resident memory, and the speed against run 1. A step is forward + backward on ``--batch``
 rows of ``--length`` tokens in micro-batches of 4 under the compute dtype ``precision.py`` resolves, then AdamW, of
-the WebShop model (Qwen2 256 x 8, ffn 768, random init), as ``sft.py`` trains. (Tried and dropped: torch's
-``THP_MEM_ALLOC_ENABLE=1``, 2 MiB pages: 4x fewer faults but 0.82x the speed, the huge pages still zeroed.)
+the WebShop model (Qwen2 256 x 8, ffn 768, random init; ``bench/common.py``), as ``sft.py`` trains. (Tried and
+dropped: torch's ``THP_MEM_ALLOC_ENABLE=1``, 2 MiB pages: 4x fewer faults but 0.82x the speed, the huge pages still
+zeroed.)
 
     .venv/bin/python bench/bench_alloc.py                  # ~3 min on 2 idle cores
     .venv/bin/python bench/bench_alloc.py --length 512 --threads 2
@@ -49,29 +50,19 @@ def worker(args) -> dict:
 
     kept = keep_freed_memory()  # on where run() set TALENTRL_KEEP_FREED_MEMORY=1
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from talentrl_core.precision import autocast, resolve_compute_dtype
+    from bench.common import bench_model, sft_step
+    from talentrl_core.precision import resolve_compute_dtype
 
     torch.set_num_threads(args.threads)
     dtype = resolve_compute_dtype(args.dtype)
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=256, intermediate_size=768, num_hidden_layers=8,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max(2048, args.length),
-                      attn_implementation=args.attn)
-    model = Qwen2ForCausalLM(cfg)
+    model = bench_model(args.vocab, args.length, attn_implementation=args.attn)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, args.vocab, (args.batch, args.length))
     times, faults, kernel = [], [], []
     for step in range(args.warmup + args.steps):
         r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        for i in range(0, args.batch, 4):
-            x = ids[i:i + 4]
-            with autocast(dtype):
-                loss = model(input_ids=x, labels=x).loss
-            loss.backward()
-        opt.step()
-        opt.zero_grad()
+        sft_step(model, opt, ids, dtype)
         r1 = resource.getrusage(resource.RUSAGE_SELF)
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)

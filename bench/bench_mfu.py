@@ -30,6 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from talentrl_core.precision import autocast, cpu_has_native_bf16  # noqa: E402
+from bench.common import bench_model  # noqa: E402
 
 
 def timed(fn, repeats: int) -> float:
@@ -54,13 +55,7 @@ def matmul_peak(dtype: torch.dtype, repeats: int) -> float:
 
 
 def build_model(args, attn: str = "sdpa"):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(vocab_size=args.vocab, hidden_size=args.hidden, intermediate_size=args.ffn,
-                      num_hidden_layers=args.layers, num_attention_heads=4, num_key_value_heads=2,
-                      max_position_embeddings=1024, tie_word_embeddings=True, attn_implementation=attn)
-    torch.manual_seed(0)
-    return Qwen2ForCausalLM(cfg)
+    return bench_model(args.vocab, 1024, args.hidden, args.layers, args.ffn, attn_implementation=attn)
 
 
 def matmul_params(model) -> int:
@@ -103,8 +98,8 @@ def decode(model, ids, dtype, new_tokens: int):
 
 
 def attention_kernels(args, ids) -> dict:
-    """bf16 SFT step and prefill with the CPU flash kernel (sdpa, transformers' default) vs eager attention
-    (what ``model.attn_implementation=auto`` picks for bf16 compute on a CPU), same weights, one run."""
+    """bf16 SFT step and prefill with the CPU flash kernel (sdpa, transformers' default and ``auto``'s choice) vs
+    eager attention (``auto``'s choice for bf16 on a CPU until 2026-12-06), same weights, one run."""
     out = {}
     for attn in ("sdpa", "eager"):
         model = build_model(args, attn)

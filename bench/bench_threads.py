@@ -10,9 +10,10 @@ sets the thread count from the CPUs free of other work. This bench runs, in one 
 3. beside one busy-looping process, threads = CPUs (the old behaviour);
 4. beside one busy-looping process, the governor.
 
-Each run times SFT steps of the demo model (Qwen2 256 x 8, ffn 768, vocab 2048, random init): forward + backward on
-``--batch`` rows of ``--length`` tokens in micro-batches of 4, then AdamW, as ``sft.py`` trains. It prints seconds per
-step (median after the warm-up) and the slowdown against run 1; the issue's bar is run 4 at most 2.5x run 1.
+Each run times SFT steps of the demo model (Qwen2 256 x 8, ffn 768, vocab 2048, random init; ``bench/common.py``):
+forward + backward on ``--batch`` rows of ``--length`` tokens in micro-batches of 4, then AdamW, as ``sft.py`` trains.
+It prints seconds per step (median after the warm-up) and the slowdown against run 1; the issue's bar is run 4 at
+most 2.5x run 1.
 ``--work embed``: a step is ``--batch`` single-query calls of the library's embedder (``library.embed.Embedder``, as
 SFT data, distillation and retrieval call it), which follows the free CPUs inside ``encode``.
 
@@ -56,8 +57,8 @@ def embed_steps(args) -> tuple[list[float], list[int]]:
 
 def worker(args) -> dict:
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from bench.common import bench_model, sft_step
     from talentrl_core.threads import follow_free_cpus
 
     if args.work == "embed":
@@ -65,10 +66,7 @@ def worker(args) -> dict:
         return {"s_per_step": statistics.median(times), "threads": sorted(set(threads))}
     if args.worker == "fixed":
         torch.set_num_threads(len(os.sched_getaffinity(0)))
-    torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=2048, hidden_size=256, intermediate_size=768, num_hidden_layers=8, num_attention_heads=4,
-                      num_key_value_heads=2, max_position_embeddings=1024)
-    model = Qwen2ForCausalLM(cfg)
+    model = bench_model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     ids = torch.randint(0, 2048, (args.batch, args.length))
     times, threads = [], []
@@ -76,11 +74,7 @@ def worker(args) -> dict:
         if args.worker == "governor":
             follow_free_cpus()
         t0 = time.perf_counter()
-        for i in range(0, args.batch, 4):
-            x = ids[i:i + 4]
-            model(input_ids=x, labels=x).loss.backward()
-        opt.step()
-        opt.zero_grad()
+        sft_step(model, opt, ids)
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
             threads.append(torch.get_num_threads())

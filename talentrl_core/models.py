@@ -112,28 +112,27 @@ def build_tiny(cfg: ModelConfig, out_dir: str | Path, data_dir: str | Path, extr
     """Build (tokenizer + random-init Qwen2) and save it atomically to ``out_dir``. Deterministic per seed."""
     out_dir = Path(out_dir)
     tokenizer = train_tokenizer(tokenizer_corpus(data_dir, extra_texts, seed=cfg.seed), cfg.vocab_size)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=cfg.hidden_size,
-        intermediate_size=cfg.intermediate_size,
-        num_hidden_layers=cfg.num_hidden_layers,
-        num_attention_heads=cfg.num_attention_heads,
-        num_key_value_heads=cfg.num_key_value_heads,
-        max_position_embeddings=cfg.max_position_embeddings,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"),
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    torch.manual_seed(cfg.seed)
-    model = Qwen2ForCausalLM(config)
+    model = tiny_qwen2(cfg, len(tokenizer), bos_token_id=None,
+                       eos_token_id=tokenizer.convert_tokens_to_ids("<|im_end|>"), pad_token_id=tokenizer.pad_token_id)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = config.eos_token_id
+    model.generation_config.eos_token_id = model.config.eos_token_id
     with atomic_dir(out_dir) as tmp:
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         (tmp / "talentrl_model.json").write_text(json.dumps(tiny_spec(cfg), indent=2))
     return out_dir
+
+
+def tiny_qwen2(cfg: ModelConfig, vocab_size: int, **config) -> Qwen2ForCausalLM:
+    """The tiny model of ``cfg``'s sizes (output head tied to the embeddings), random weights seeded by ``cfg.seed``:
+    what ``build_tiny`` saves and ``bench/`` times. ``config``: further ``Qwen2Config`` fields (token ids,
+    ``attn_implementation``)."""
+    torch.manual_seed(cfg.seed)
+    return Qwen2ForCausalLM(Qwen2Config(
+        vocab_size=vocab_size, hidden_size=cfg.hidden_size, intermediate_size=cfg.intermediate_size,
+        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+        num_key_value_heads=cfg.num_key_value_heads, max_position_embeddings=cfg.max_position_embeddings,
+        tie_word_embeddings=True, **config))
 
 
 def tiny_spec(cfg: ModelConfig) -> dict:

@@ -74,7 +74,7 @@ def worker(args) -> dict:
         if args.worker == "governor":
             follow_free_cpus()
         t0 = time.perf_counter()
-        sft_step(model, opt, ids)
+        sft_step(model, opt, ids.split(4))
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
             threads.append(torch.get_num_threads())

@@ -1,5 +1,5 @@
 """What several benches time: the demo/WebShop model (Qwen2 256 x 8, ffn 768, random init, built by the library's
-``models.tiny_qwen2``) and one SFT step on it as ``sft.py`` trains (micro-batches of 4, then AdamW)."""
+``models.tiny_qwen2``) and one SFT step on it as ``sft.py`` trains (micro-batches, then AdamW)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,10 @@ def bench_model(vocab: int = 2048, length: int = 1024, hidden: int = 256, layers
     return tiny_qwen2(cfg, vocab, **config)
 
 
-def sft_step(model, opt, ids: torch.Tensor, dtype: torch.dtype = torch.float32, micro: int = 4) -> None:
-    """Forward + backward on the rows of ``ids`` (B, T) in micro-batches of ``micro`` (their causal-LM loss on
-    themselves), under ``dtype`` autocast, then one optimiser step."""
-    for i in range(0, len(ids), micro):
-        x = ids[i:i + micro]
+def sft_step(model, opt, micro_batches, dtype: torch.dtype = torch.float32) -> None:
+    """Forward + backward on each micro-batch of token ids (B, T) (its causal-LM loss on itself), under ``dtype``
+    autocast, gradients summed, then one optimiser step."""
+    for x in micro_batches:
         with autocast(dtype):
             loss = model(input_ids=x, labels=x).loss
         loss.backward()

@@ -213,3 +213,15 @@ def test_bench_alloc_prints_each_variant_against_the_baseline(tmp_path):
     assert [r["run"] for r in rows][0] == "eager attention, glibc defaults" and rows[0]["speedup"] == 1.0
     assert len(rows) == 4 and all(r["s_per_step"] > 0 and r["runs"][0]["faults_per_step"] >= 0 for r in rows)
     assert "the baseline's speed" in stdout
+
+
+def test_bench_malloc_drift_runs_each_allocator_setting_in_its_own_process(tmp_path):
+    res = tmp_path / "drift.json"
+    stdout = _run("bench_malloc_drift.py", "--steps", "2", "--batch", "4", "--length", "64", "--min-length", "16",
+                  "--json", str(res), tmp_path=tmp_path)
+    rows = json.loads(res.read_text())["rows"]
+    assert rows[0]["tunables"] == "" and rows[0]["late_speedup"] == 1.0
+    for r in rows[1:]:  # each setting reached its worker
+        assert r["tunables"] == r["env"].get("GLIBC_TUNABLES", "") and r["preload"] == r["env"].get("LD_PRELOAD", "")
+    assert all(r["early_s"] > 0 and r["late_s"] > 0 and r["drift"] > 0 for r in rows)
+    assert "glibc default's late speed" in stdout

@@ -33,7 +33,6 @@ import json
 import os
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -75,11 +74,10 @@ def worker(args) -> dict:
 
 
 def run(attn: str, keep: bool, args) -> dict:
+    from bench.common import run_worker  # here, not at the top: a worker imports torch after its settings
+
     env = {**os.environ, "TALENTRL_KEEP_FREED_MEMORY": "1" if keep else "0"}
-    cmd = [sys.executable, __file__, "--worker", "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch",
-           str(args.batch), "--length", str(args.length), "--threads", str(args.threads), "--vocab", str(args.vocab), "--attn", attn, "--dtype", args.dtype]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    r = json.loads(out.stdout.strip().splitlines()[-1])
+    r = run_worker(__file__, args, ("steps", "warmup", "batch", "length", "threads", "vocab", "dtype"), env, "--attn", attn)
     assert r["kept"] == keep, f"keep_freed_memory gave {r['kept']}, asked {keep} (not glibc?)"
     return r
 

@@ -30,7 +30,6 @@ import os
 import random
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -72,12 +71,10 @@ def worker(args) -> dict:
 
 
 def run(extra_env: dict, args) -> dict:
+    from bench.common import run_worker  # here, not at the top: a worker imports torch after its settings
+
     env = {**{k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", "LD_PRELOAD")}, **extra_env}
-    cmd = [sys.executable, __file__, "--worker", "--steps", str(args.steps), "--batch", str(args.batch), "--length",
-           str(args.length), "--min-length", str(args.min_length), "--threads", str(args.threads), "--vocab",
-           str(args.vocab)]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return run_worker(__file__, args, ("steps", "batch", "length", "min_length", "threads", "vocab"), env)
 
 
 def main() -> None:

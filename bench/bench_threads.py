@@ -82,6 +82,8 @@ def worker(args) -> dict:
 
 
 def run(mode: str, busy: bool, args) -> dict:
+    from bench.common import run_worker  # here, not at the top: a worker imports torch after its settings
+
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     if mode == "fixed":  # a fixed count keeps the governor out (threads.py), wherever the library calls it
         env["OMP_NUM_THREADS"] = str(len(os.sched_getaffinity(0)))
@@ -89,14 +91,11 @@ def run(mode: str, busy: bool, args) -> dict:
     try:
         if hog is not None:
             time.sleep(1.0)
-        out = subprocess.run([sys.executable, __file__, "--worker", mode, "--steps", str(args.steps), "--warmup",
-                              str(args.warmup), "--batch", str(args.batch), "--length", str(args.length), "--work", args.work],
-                             env=env, capture_output=True, text=True, check=True)
+        return run_worker(__file__, args, ("steps", "warmup", "batch", "length", "work"), env, mode)
     finally:
         if hog is not None:
             hog.kill()
             hog.wait()
-    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def main() -> None:

@@ -1,8 +1,11 @@
 """What several benches time: the demo/WebShop model (Qwen2 256 x 8, ffn 768, random init, built by the library's
-``models.tiny_qwen2``) and one SFT step on it as ``sft.py`` trains (micro-batches, then AdamW)."""
+``models.tiny_qwen2``) and one SFT step on it as ``sft.py`` trains (micro-batches, then AdamW); and how a bench runs
+each variant in a process of its own (``run_worker``)."""
 
 from __future__ import annotations
 
+import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,3 +34,13 @@ def sft_step(model, opt, micro_batches, dtype: torch.dtype = torch.float32) -> N
         loss.backward()
     opt.step()
     opt.zero_grad()
+
+
+def run_worker(script: str, args, flags: tuple[str, ...], env: dict, *extra: str) -> dict:
+    """Run ``script --worker *extra`` in a fresh process under ``env``, passing on ``args``'s values of ``flags``
+    (attribute names: ``min_length`` becomes ``--min-length``); return the JSON object its last line prints."""
+    cmd = [sys.executable, script, "--worker", *extra]
+    for name in flags:
+        cmd += ["--" + name.replace("_", "-"), str(getattr(args, name))]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])

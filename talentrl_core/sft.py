@@ -140,20 +140,24 @@ def last_complete_checkpoint(work: Path, log=None) -> Optional[Path]:
     return newest_sound(complete, "sft", log or say)
 
 
-def labelled_positions_trainer(base):
+def labelled_positions_trainer(base, prompt_weight: float = 0.0):
     """``base`` (TRL's SFTTrainer) with a loss that runs the LM head only where there is a label.
 
     An execution sample is ~450 prompt tokens and ~5 label tokens, so TRL's fused LM head (log-probs,
     entropy and top-1 over the 2k-token vocabulary at *every* position) cost more than the model body on the
     demo (measured: bf16 SFT step 3.1 s with it). The loss is the same mean token NLL over the labelled
     positions (or ``sum / num_items_in_batch`` under gradient accumulation, as TRL); entropy and token accuracy
-    are logged over the same positions. Multi-process runs keep TRL's path (DDP needs the wrapped forward).
+    are logged over the same positions. ``prompt_weight`` (``sft.prompt_loss_weight``) adds that times the prompt
+    tokens' mean NLL (the LM head then runs at every position). Multi-process runs keep TRL's path (DDP needs the wrapped forward).
     """
     import torch
 
     class LabelledPositionsSFTTrainer(base):
         def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
             if return_outputs or self.accelerator.num_processes > 1 or "labels" not in inputs:
+                if prompt_weight and not return_outputs:
+                    raise ValueError("sft.prompt_loss_weight runs in one process only (TRL's multi-process loss has "
+                                     "no prompt term): set it to 0 or launch a single process")
                 return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
             lm = self.accelerator.unwrap_model(model)
             lm = lm.get_base_model() if hasattr(lm, "get_base_model") else lm
@@ -162,12 +166,14 @@ def labelled_positions_trainer(base):
             with self.accelerator.autocast():  # the wrapped forward would apply the mixed precision; we bypass it
                 body = lm.model(input_ids=inputs["input_ids"], attention_mask=inputs.get("attention_mask"),
                                 position_ids=inputs.get("position_ids"), use_cache=False)
-                hidden = body.last_hidden_state[:, :-1][sel]  # (N, d): only the labelled positions
-                logits = lm.lm_head(hidden).float()
+                hidden = body.last_hidden_state[:, :-1]
+                logits = lm.lm_head(hidden[sel]).float()  # (N, vocab): only the labelled positions
             target = labels[sel]
             nll = torch.nn.functional.cross_entropy(logits, target, reduction="sum")
             n = sel.sum() if num_items_in_batch is None else num_items_in_batch
             loss = nll / torch.as_tensor(n).clamp(min=1)
+            if prompt_weight:
+                loss = loss + prompt_weight * self._prompt_nll(lm, inputs, hidden, sel, num_items_in_batch)
             with torch.no_grad():
                 logp = torch.log_softmax(logits, -1)
                 valid = max(int(sel.sum()), 1)
@@ -177,6 +183,18 @@ def labelled_positions_trainer(base):
                 self._total_train_tokens += int(inputs["attention_mask"].sum()) if "attention_mask" in inputs else 0
                 m["num_tokens"] = [self._total_train_tokens]
             return loss
+
+        def _prompt_nll(self, lm, inputs, hidden, sel, num_items_in_batch):
+            """The prompt tokens' mean NLL in this micro-batch (padding excluded), scaled as the Trainer scales the
+            answer loss under gradient accumulation; logged as ``prompt_loss``."""
+            real = inputs["attention_mask"][:, 1:].bool() if "attention_mask" in inputs else torch.ones_like(sel)
+            where = real & ~sel
+            with self.accelerator.autocast():
+                logits = lm.lm_head(hidden[where]).float()
+            nll = torch.nn.functional.cross_entropy(logits, inputs["input_ids"][:, 1:][where])
+            self._metrics["train"]["prompt_loss"].append(float(nll.detach()))
+            summed = num_items_in_batch is not None and self.model_accepts_loss_kwargs  # the Trainer will not divide
+            return nll / (self.current_gradient_accumulation_steps if summed else 1)
 
     return LabelledPositionsSFTTrainer
 
@@ -347,7 +365,7 @@ def train_sft(
     ds, gate = training_order(data, rows, cfg)
     bf16 = model_cfg.dtype == "bfloat16" or resolve_compute_dtype(model_cfg.compute_dtype, model.device) == torch.bfloat16
     args = TRLSFTConfig(**training_args(cfg, model_cfg, work, max_length, report_to, bf16))
-    trainer_cls = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer))
+    trainer_cls = crash_safe_checkpoints(labelled_positions_trainer(SFTTrainer, cfg.prompt_loss_weight))
     clock = sitting(cfg.max_minutes)
     callbacks = [clock, to_tracker(tracker), free_cpus(model_cfg.threads)]
     if gate is not None:

@@ -58,9 +58,14 @@ RETIRED = {"sft": ("max_minutes",)}
 """Settings that earlier versions recorded in a job and that are no longer part of one (a sitting's time budget):
 dropped from a recorded job before it is compared, so a run recorded with them still resumes."""
 
+ADDED = {"sft": {"prompt_loss_weight": 0.0}}
+"""Settings added to a job after runs were recorded, each with the value that does what those runs did: filled into a
+recorded job that lacks them, so a run recorded before a setting existed still resumes under its default."""
+
 
 def recorded_job(folder: Path) -> Optional[dict]:
-    """The job recorded in ``folder`` (None when there is none or it cannot be read), ``RETIRED`` settings left out."""
+    """The job recorded in ``folder`` (None when there is none or it cannot be read), ``RETIRED`` settings left out
+    and ``ADDED`` ones filled in."""
     try:
         job = json.loads((folder / JOB_FILE).read_text())
     except (OSError, ValueError):
@@ -69,6 +74,9 @@ def recorded_job(folder: Path) -> Optional[dict]:
         for key in keys:
             if isinstance(job, dict) and isinstance(job.get(section), dict):
                 job[section].pop(key, None)
+    for section, defaults in ADDED.items():
+        if isinstance(job, dict) and isinstance(job.get(section), dict):
+            job[section] = {**defaults, **job[section]}
     return job
 
 

@@ -329,10 +329,12 @@ def test_a_run_past_its_time_budget_pauses_checkpointed_and_resumes_to_the_same_
         train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, max_minutes=1e-6), SMALL)
     assert not (tmp_path / "sft").exists()
     assert [p.name for p in (tmp_path / "sft.work").glob("checkpoint-*")] == ["checkpoint-1"]
-    # a job recorded by a version that counted the budget in the job still resumes (workdir.RETIRED)
+    # a job recorded by a version that counted the budget in the job (workdir.RETIRED), and before the prompt loss
+    # existed (workdir.ADDED: its default is what that version did), still resumes
     recorded = tmp_path / "sft.work" / "talentrl_job.json"
     job = json.loads(recorded.read_text())
-    recorded.write_text(json.dumps({**job, "sft": {**job["sft"], "max_minutes": 0.0}}))
+    old = {k: v for k, v in job["sft"].items() if k != "prompt_loss_weight"}
+    recorded.write_text(json.dumps({**job, "sft": {**old, "max_minutes": 0.0}}))
     info = train_sft(data, str(base), tmp_path / "sft", dataclasses.replace(cfg, save_steps=2), SMALL)
     assert info["resumed_from"].endswith("checkpoint-1") and info["steps"] == 4
     # this sitting's checkpoint interval holds, not the one the resumed checkpoint was saved under
@@ -372,3 +374,43 @@ def test_a_stop_signal_checkpoints_the_step_in_progress_and_resumes_to_the_same_
     assert info["resumed_from"].endswith("checkpoint-2") and info["steps"] == 4
     ref, after = load_file(tmp_path / "ref" / "model.safetensors"), load_file(tmp_path / "sft" / "model.safetensors")
     assert all(torch.equal(ref[k], after[k]) for k in ref)
+
+
+def _prompt_nll(model_dir, data, tok_dir) -> float:
+    """Mean NLL of the prompt tokens of ``data``'s samples under the model in ``model_dir``."""
+    from transformers import AutoTokenizer
+
+    from talentrl_core.sft_data import tokenize_sample
+
+    model, tok = AutoModelForCausalLM.from_pretrained(str(model_dir)), AutoTokenizer.from_pretrained(str(tok_dir))
+    total = n = 0.0
+    with torch.no_grad():
+        for s in data.samples[:16]:
+            row = tokenize_sample(tok, s["messages"], 1024)
+            ids = torch.tensor([row["input_ids"]])
+            logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+            nll = -logp.gather(1, ids[0, 1:, None])[:, 0]
+            prompt = torch.tensor(row["assistant_masks"][1:]) == 0
+            total, n = total + float(nll[prompt].sum()), n + int(prompt.sum())
+    return total / n
+
+
+def test_prompt_loss_weight_trains_the_prompt_tokens_too(world, tmp_path, shared_data):
+    """``sft.prompt_loss_weight`` adds a language-modelling loss on the prompt tokens: the same steps from the same
+    base model leave the prompts more predictable than the answer-only loss does, and the prompt loss is logged."""
+    import dataclasses
+
+    fam, tasks, trajs, knowledge = world
+    data = build_sft_data(trajs, knowledge, SFTConfig(flat_share=0.0, min_skill_share=0.5))
+    base = build_tiny(SMALL, tmp_path / "base", shared_data)
+    cfg = SFTConfig(max_steps=10, lr=1e-2, warmup_steps=1, batch_size=8, save_steps=10, keep_checkpoints=0)
+    train_sft(data, str(base), tmp_path / "answer", cfg, SMALL)
+    with_prompt = dataclasses.replace(cfg, prompt_loss_weight=1.0)
+    train_sft(data, str(base), tmp_path / "prompt", with_prompt, SMALL)
+    plain, trained = _prompt_nll(tmp_path / "answer", data, base), _prompt_nll(tmp_path / "prompt", data, base)
+    assert trained < plain - 0.25, (trained, plain)  # measured: 5.40 against 5.88 nats
+    state = json.loads((tmp_path / "prompt.work" / "checkpoint-10" / "trainer_state.json").read_text())
+    logged = [h["prompt_loss"] for h in state["log_history"] if "prompt_loss" in h]
+    assert logged and logged[-1] < logged[0]
+    with pytest.raises(ValueError, match="prompt_loss_weight"):
+        SFTConfig(prompt_loss_weight=-1.0)

@@ -57,6 +57,12 @@ class SFTConfig:
     "Checkpoint every N steps (for resume)."
     keep_checkpoints: int = 2
     "Checkpoints kept in <out>.work (older ones are deleted; 0 keeps all)."
+    prompt_loss_weight: float = 0.0
+    ("Weight of a language-modelling loss on the prompt tokens beside the answer tokens' loss: the step's loss is the "
+     "answer tokens' mean NLL plus this times the prompt tokens' mean NLL (0: the answer alone, as TRL's "
+     "completion-only loss; Axolotl's train_on_inputs, OpenAI's prompt_loss_weight). For a model trained from random "
+     "initialisation the prompts are its only text: ~99% of the tokens, where copying (a page's value into a command) "
+     "can be learnt.")
     micro_batch_size: int = 4
     "Samples per forward pass: each step's batch_size random samples run sorted by length in micro-batches of this size (less padding, the same gradient)."
     resume: bool = True
@@ -127,7 +133,7 @@ class SFTConfig:
                      dagger_weight=AT_LEAST_1, dagger_routing_warmup=NON_NEGATIVE, dagger_beta=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      max_steps=AT_LEAST_1, lr=POSITIVE, batch_size=AT_LEAST_1, warmup_steps=NON_NEGATIVE,
                      save_steps=AT_LEAST_1, keep_checkpoints=NON_NEGATIVE, max_minutes=NON_NEGATIVE, weight_decay=NON_NEGATIVE, grad_accum=AT_LEAST_1,
-                     routing_weight=AT_LEAST_1, routing_warmup_steps=NON_NEGATIVE,
+                     routing_weight=AT_LEAST_1, routing_warmup_steps=NON_NEGATIVE, prompt_loss_weight=NON_NEGATIVE,
                      routing_warmup_until=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),
                      routing_warmup_check_every=AT_LEAST_1,
                      flat_share=("in [0, 1]", lambda v: 0.0 <= v <= 1.0),

@@ -100,7 +100,7 @@ def bench_sft(data, scfg, mcfg, base: Path, work: Path) -> dict:
 
     today = run("today", "auto", 4)
     orig = sft.labelled_positions_trainer
-    sft.labelled_positions_trainer = lambda base_cls: base_cls  # TRL's own loss (fused LM head at every position)
+    sft.labelled_positions_trainer = lambda base_cls, *_: base_cls  # TRL's own loss (fused LM head at every position)
     try:
         before = run("before", "float32", 16)
     finally:

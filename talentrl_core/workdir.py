@@ -59,13 +59,14 @@ RETIRED = {"sft": ("max_minutes",)}
 dropped from a recorded job before it is compared, so a run recorded with them still resumes."""
 
 ADDED = {"sft": {"prompt_loss_weight": 0.0}}
-"""Settings added to a job after runs were recorded, each with the value that does what those runs did: filled into a
-recorded job that lacks them, so a run recorded before a setting existed still resumes under its default."""
+"""Settings added to a job after runs were recorded, each with the value that does what those runs did: compared
+with a recorded job that lacks them as that value, so a run recorded before a setting existed still resumes under
+its default."""
 
 
-def recorded_job(folder: Path) -> Optional[dict]:
-    """The job recorded in ``folder`` (None when there is none or it cannot be read), ``RETIRED`` settings left out
-    and ``ADDED`` ones filled in."""
+def recorded_job(folder: Path, like: Optional[dict] = None) -> Optional[dict]:
+    """The job recorded in ``folder`` (None when there is none or it cannot be read), ``RETIRED`` settings left out;
+    ``ADDED`` settings that ``like`` (the job it is compared with) holds and the record lacks are filled in."""
     try:
         job = json.loads((folder / JOB_FILE).read_text())
     except (OSError, ValueError):
@@ -75,8 +76,8 @@ def recorded_job(folder: Path) -> Optional[dict]:
             if isinstance(job, dict) and isinstance(job.get(section), dict):
                 job[section].pop(key, None)
     for section, defaults in ADDED.items():
-        if isinstance(job, dict) and isinstance(job.get(section), dict):
-            job[section] = {**defaults, **job[section]}
+        if isinstance(job, dict) and isinstance(job.get(section), dict) and isinstance((like or {}).get(section), dict):
+            job[section] = {**{k: v for k, v in defaults.items() if k in like[section]}, **job[section]}
     return job
 
 
@@ -86,7 +87,8 @@ def _normalise(job: dict) -> dict:
 
 def holds_job(folder: str | Path, job: dict) -> bool:
     """Whether ``folder`` records ``job`` (``RETIRED`` settings left out of the record)."""
-    return recorded_job(Path(folder)) == _normalise(job)
+    job = _normalise(job)
+    return recorded_job(Path(folder), job) == job
 
 
 def move_aside(folder: Path, keep: int, log: Callable[[str], None] | None = None) -> Optional[Path]:
@@ -123,7 +125,7 @@ def set_aside(folder: str | Path, job: dict, keep_previous: int, stage: str,
     job = _normalise(job)
     if not folder.exists() or not any(folder.iterdir()):
         return None
-    old = recorded_job(folder)
+    old = recorded_job(folder, job)
     if old == job:
         return None
     diff = differing_keys(old, job)

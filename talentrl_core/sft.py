@@ -148,7 +148,8 @@ def labelled_positions_trainer(base, prompt_weight: float = 0.0):
     demo (measured: bf16 SFT step 3.1 s with it). The loss is the same mean token NLL over the labelled
     positions (or ``sum / num_items_in_batch`` under gradient accumulation, as TRL); entropy and token accuracy
     are logged over the same positions. ``prompt_weight`` (``sft.prompt_loss_weight``) adds that times the prompt
-    tokens' mean NLL (the LM head then runs at every position). Multi-process runs keep TRL's path (DDP needs the wrapped forward).
+    tokens' mean NLL (the LM head then runs at every position). Multi-process runs keep TRL's path (DDP needs the
+    wrapped forward), which has no prompt term: a prompt weight there is refused.
     """
     import torch
 

@@ -86,7 +86,7 @@ def _normalise(job: dict) -> dict:
 
 
 def holds_job(folder: str | Path, job: dict) -> bool:
-    """Whether ``folder`` records ``job`` (``RETIRED`` settings left out of the record)."""
+    """Whether ``folder`` records ``job`` (``RETIRED`` settings left out of the record, ``ADDED`` ones filled in)."""
     job = _normalise(job)
     return recorded_job(Path(folder), job) == job
 

@@ -108,11 +108,14 @@ def test_dagger_settings_leave_behaviour_cloning_its_job(world, tmp_path, shared
     assert sft_job(base, data, SFTConfig(), SMALL)["data"]["dagger_weights"] == [4]
 
 
-def test_a_round_trains_from_the_previous_model_and_a_rerun_keeps_every_round(world, tmp_path, shared_data):
+@pytest.mark.parametrize("prompt_loss_weight", [0.0, 1.0])  # 1.0: the ALFWorld rerun's setting (results/alfworld)
+def test_a_round_trains_from_the_previous_model_and_a_rerun_keeps_every_round(world, tmp_path, shared_data,
+                                                                             prompt_loss_weight):
     fam, _, trajs, knowledge = world
     sft = SFTConfig(max_steps=4, batch_size=4, micro_batch_size=4, lr=3e-3, warmup_steps=0, save_steps=2,
                     flat_share=0.0, min_skill_share=0.0, dagger_rounds=1, dagger_games=2, dagger_steps=3,
-                    dagger_teacher=TEACHER, max_cut_share=1.0, dagger_routing_warmup=2)
+                    dagger_teacher=TEACHER, max_cut_share=1.0, dagger_routing_warmup=2,
+                    prompt_loss_weight=prompt_loss_weight)
     cfg = TalentRLConfig(env=ENV, model=SMALL, sft=sft)
     base = str(build_tiny(SMALL, tmp_path / "base", shared_data))
     data = build_sft_data(trajs, knowledge, sft)
@@ -128,6 +131,8 @@ def test_a_round_trains_from_the_previous_model_and_a_rerun_keeps_every_round(wo
     assert meta["data_report"]["dagger"] == [report]
     assert meta["routing_warmup"]["steps"] >= 1  # the round's routing warm-up ran (round 0 had none)
     assert json.loads((root / "round-0" / "talentrl_meta.json").read_text())["routing_warmup"]["steps"] == 0
+    states = [json.loads(f.read_text()) for f in out.parent.glob(f"{out.name}.work/checkpoint-*/trainer_state.json")]
+    assert states and any("prompt_loss" in h for s in states for h in s["log_history"]) == (prompt_loss_weight > 0)
     bc = AutoModelForCausalLM.from_pretrained(str(root / "round-0")).state_dict()
     after = AutoModelForCausalLM.from_pretrained(str(out)).state_dict()
     assert any(not torch.equal(bc[k], after[k]) for k in bc)

@@ -11,6 +11,12 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
 .PHONY: setup data demo repro cpu-full webshop alfworld test test-all ui bench clean clean-all
 
+# Training runs preload jemalloc where it is installed (Debian/Ubuntu: `apt install libjemalloc2`): on a real SFT
+# 1.24x glibc's tokens a second at half the resident memory, the same weights (docs/performance.md). `JEMALLOC=`
+# turns it off; another path points it elsewhere.
+JEMALLOC ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 /usr/lib/libjemalloc.so.2))
+RUN := $(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) )$(PY)
+
 # Creates .venv from the committed lock when it is missing (idempotent: a stamp records the lock hash).
 # On a CPU-only machine, `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the lock's torch
 # release as a CPU wheel from PyTorch's index first (PyPI's Linux wheel is the multi-GB CUDA build); the lock
@@ -35,24 +41,24 @@ data: setup
 # trained on 13 benchmark files): `pipeline.data --for` verifies and fetches just those.
 demo: setup
 	$(PY) -m pipeline.data --for experiment=demo
-	$(PY) -m pipeline.demo
+	$(RUN) -m pipeline.demo
 
 # dvc repro with the venv's dvc and python (stage commands run `python -m pipeline.run <stage> --params params.yaml`).
 repro: setup data
-	dvc repro
+	$(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) )dvc repro
 
 # The longer CPU run of issue 6 (1 h 47 min on 2 cores, measured): same chain, experiment=cpu_full, also recorded in DVC.
 cpu-full: setup
-	$(PY) -m pipeline.demo experiment=cpu_full
+	$(RUN) -m pipeline.demo experiment=cpu_full
 
 # WebShop (1,000 products, 500 test goals): same chain with experiment=webshop, also recorded in DVC.
 webshop: setup data
-	$(PY) -m pipeline.demo experiment=webshop
+	$(RUN) -m pipeline.demo experiment=webshop
 
 # ALFWorld (3,553 train games, valid_seen / valid_unseen): same chain with experiment=alfworld (hours on 2 cores;
 # every stage resumes, so re-running continues where a stop left it: docs/alfworld.md).
 alfworld: setup data
-	$(PY) -m pipeline.demo experiment=alfworld
+	$(RUN) -m pipeline.demo experiment=alfworld
 
 test: setup
 	$(PY) -m pytest -q -m "not slow"

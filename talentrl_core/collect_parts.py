@@ -16,7 +16,7 @@ from __future__ import annotations
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from .trajectories import Trajectory, read_trajectories, write_trajectories
 from .workdir import say
@@ -61,10 +61,11 @@ def _eta(done: int, total: int, played: int, seconds: float) -> str:
 
 
 def run_in_parts(specs: Sequence, play: Callable[[Sequence], list[Trajectory]], root: str | Path, run_id: str,
-                 part_episodes: int = PART_EPISODES) -> list[Trajectory]:
+                 part_episodes: int = PART_EPISODES, *, stop: Optional[Callable[[], str]] = None) -> list[Trajectory]:
     """Every spec's trajectory, in order: parts already written under ``root`` are read, the others played by
     ``play(chunk)`` and written before the next starts. Leaves the parts in place (``finish_parts`` removes them
-    once the run's file is written)."""
+    once the run's file is written). ``stop``, asked before each part still to play, returns why to stop (a spent
+    budget, a signal) or "": then ``checkpoints.Paused`` is raised with the parts played so far kept."""
     folder = parts_dir(root, run_id)
     out: list[Trajectory] = []
     t0, played = time.monotonic(), 0
@@ -76,6 +77,11 @@ def run_in_parts(specs: Sequence, play: Callable[[Sequence], list[Trajectory]], 
         path = _part_path(folder, a, b)
         trajs = _read_part(path, specs[a:b]) if path.exists() else None
         if trajs is None:
+            if stop is not None and (why := stop()):
+                from .checkpoints import Paused
+                kept = sum(1 for c, d in chunks if _part_path(folder, c, d).exists())
+                raise Paused(f"{run_id}: paused after {why}, {kept} of {len(chunks)} parts kept under {folder}; "
+                             "run the same command to resume")
             trajs = play(specs[a:b])
             played += len(trajs)
             if all(t.error for t in trajs):  # a broken env: nothing worth keeping (the run's write names it)

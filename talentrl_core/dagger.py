@@ -17,7 +17,8 @@ round's trajectories are an ordinary trajectory file.
 Layout under ``<sft checkpoint>.dagger/``: ``round-0`` the behaviour-cloning model (``sft.max_steps``), ``round-r/``
 the student's games of round r (played in resumable parts) and, but for the last round, its model; the last round's
 model is the SFT checkpoint itself. Every round resumes: a finished model of the same job is kept, a played part is
-read back, and SFT resumes from its checkpoints.
+read back, and SFT resumes from its checkpoints. A sitting's end (``sft.max_minutes``, SIGTERM/SIGUSR1) pauses the
+games between parts as it pauses SFT between steps (``checkpoints.Paused``, exit 75).
 
 Departures from the paper's DAgger: one mixing rate for every round (the paper decays beta; BUTLER anneals it over
 50,000 episodes), SFT continues from the last model instead of training a fresh one on the aggregate, and the
@@ -32,7 +33,7 @@ import dataclasses
 import random
 import time
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from .envs.strategies import EpisodeView, Strategy, chosen, get_strategy
 from .generation import GenResult
@@ -103,10 +104,11 @@ def teacher_name(cfg) -> str:
     return imitated[0]
 
 
-def student_games(cfg, family, knowledge, student: str, teacher: str, rnd: int, folder: Path) -> list[Trajectory]:
+def student_games(cfg, family, knowledge, student: str, teacher: str, rnd: int, folder: Path,
+                  stop: Optional[Callable[[], str]] = None) -> list[Trajectory]:
     """Round ``rnd``'s games: the student (``model.temperature``) mixed with the teacher on ``sft.dagger_games``
     training tasks drawn with the round's seed, the talent the task's oracle one, played in resumable parts under
-    ``folder``; read back when the round's file is there."""
+    ``folder``; read back when the round's file is there. ``stop`` (``sitting_over``) pauses between parts."""
     from .agent import load_policy
     from .collect_parts import finish_parts, run_in_parts
     from .rollout import EpisodeSpec, RolloutSettings, run_episodes
@@ -125,7 +127,7 @@ def student_games(cfg, family, knowledge, student: str, teacher: str, rnd: int, 
                          seed=c.seed * 100_003 + rnd * 10_007 + i) for i, t in enumerate(tasks)]
     trajs = run_in_parts(specs, lambda chunk: run_episodes(family.make, chunk, mixed, settings, knowledge,
                                                            batch_size=cfg.collect.batch_size), folder, run_id,
-                         part_episodes=PART_GAMES)
+                         part_episodes=PART_GAMES, stop=stop)
     write_trajectories(trajs, folder, run_id)
     finish_parts(folder, run_id)
     return trajs
@@ -151,9 +153,35 @@ def train_rounds(cfg, family, knowledge, data0, base: str, out: Path, meta: Opti
                  keep_previous: int = 1, tracker=None) -> dict:
     """Behaviour cloning (round 0, ``sft.max_steps``) then ``sft.dagger_rounds`` rounds of DAgger, each continuing
     SFT from the previous round's model for ``sft.dagger_steps`` steps; the last round's model lands in ``out``."""
-    from .sft_data import SFTData
+    from .preemption import stop_signals
 
     t0 = time.time()
+    with stop_signals("sft") as request:  # shared with each round's SFT, and asked between the games' parts
+        return _rounds(cfg, family, knowledge, data0, base, out, meta, keep_previous, tracker, t0,
+                       sitting_over(cfg.sft.max_minutes, t0, request))
+
+
+def sitting_over(max_minutes: float, t0: float, request) -> Callable[[], str]:
+    """Why the sitting is over, or "": a stop signal (``request``), or ``sft.max_minutes`` spent since ``t0``.
+
+    >>> from talentrl_core.preemption import StopRequest
+    >>> over = sitting_over(0.5, time.time() - 60, StopRequest())
+    >>> over(), sitting_over(0, 0.0, StopRequest())()
+    ('sft.max_minutes=0.5', '')
+    """
+    from .preemption import stop_reason
+
+    def why() -> str:
+        late = bool(max_minutes) and time.time() - t0 > max_minutes * 60
+        return stop_reason(request.name, late, f"sft.max_minutes={max_minutes:g}") if request.name or late else ""
+    return why
+
+
+def _rounds(cfg, family, knowledge, data0, base: str, out: Path, meta, keep_previous: int, tracker, t0: float,
+            over: Callable[[], str]) -> dict:
+    """``train_rounds``' work; ``t0`` the sitting's start, ``over`` its ``sitting_over``."""
+    from .sft_data import SFTData
+
     root = dagger_root(out)
     teacher = get_strategy(cfg.env.name, teacher_name(cfg))
     rounds = cfg.sft.dagger_rounds
@@ -161,7 +189,7 @@ def train_rounds(cfg, family, knowledge, data0, base: str, out: Path, meta: Opti
                            {**(meta or {}), "dagger_round": 0})
     student, labelled, report = str(root / "round-0"), [], []
     for rnd in range(1, rounds + 1):
-        trajs = student_games(cfg, family, knowledge, student, teacher.name, rnd, root / f"round-{rnd}")
+        trajs = student_games(cfg, family, knowledge, student, teacher.name, rnd, root / f"round-{rnd}", stop=over)
         new = labelled_samples(trajs, knowledge, teacher, cfg)
         labelled += new
         report.append({"round": rnd, "games": len(trajs), "won": sum(t.success for t in trajs), "samples": len(new)})

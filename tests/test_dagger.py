@@ -5,6 +5,8 @@ trains from the previous round's model on the labelled states, and a second call
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 import torch
@@ -138,6 +140,36 @@ def test_a_round_trains_from_the_previous_model_and_a_rerun_keeps_every_round(wo
     assert any(not torch.equal(bc[k], after[k]) for k in bc)
     again = train_rounds(cfg, fam, knowledge, data, base, out, {"env": "textworld"})
     assert again["kept"] and again["dagger"] == [report]
+
+
+def test_a_stop_signal_pauses_the_students_games_between_parts_and_a_rerun_plays_only_the_rest(
+        world, tmp_path, shared_data, monkeypatch):
+    from talentrl_core import dagger, rollout
+    from talentrl_core.checkpoints import Paused
+
+    fam, _, trajs, knowledge = world
+    sft = SFTConfig(max_steps=2, batch_size=4, micro_batch_size=4, warmup_steps=0, flat_share=0.0, min_skill_share=0.0,
+                    dagger_rounds=1, dagger_games=2, dagger_steps=2, dagger_teacher=TEACHER, max_cut_share=1.0)
+    cfg = TalentRLConfig(env=ENV, model=SMALL, sft=sft)
+    base = str(build_tiny(SMALL, tmp_path / "base", shared_data))
+    data = build_sft_data(trajs, knowledge, sft)
+    monkeypatch.setattr(dagger, "PART_GAMES", 1)
+    real, played = rollout.run_episodes, []
+
+    def stopped_in_the_first_part(make_env, specs, *a, **kw):
+        if not played:
+            os.kill(os.getpid(), signal.SIGTERM)  # a stop asked while the first part plays: it finishes, then pauses
+        played.append([s.task.task_id for s in specs])
+        return real(make_env, specs, *a, **kw)
+
+    monkeypatch.setattr(rollout, "run_episodes", stopped_in_the_first_part)
+    out = tmp_path / "sft"
+    with pytest.raises(Paused, match="SIGTERM, 1 of 2 parts kept"):
+        train_rounds(cfg, fam, knowledge, data, base, out, {"env": "textworld"})
+    assert len(played) == 1 and not out.exists()
+    info = train_rounds(cfg, fam, knowledge, data, base, out, {"env": "textworld"})
+    assert len(played) == 2 and played[0] != played[1]  # the rerun played the second game only
+    assert info["dagger"][0]["games"] == 2 and (out / "talentrl_meta.json").exists()
 
 
 def test_a_teacher_is_named_or_the_one_collection_imitated():

@@ -15,7 +15,8 @@ export PATH := $(CURDIR)/.venv/bin:$(PATH)
 # 1.24x glibc's tokens a second at half the resident memory, the same weights (docs/performance.md). `JEMALLOC=`
 # turns it off; another path points it elsewhere.
 JEMALLOC ?= $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libjemalloc.so.2 /usr/lib/aarch64-linux-gnu/libjemalloc.so.2 /usr/lib64/libjemalloc.so.2 /usr/lib/libjemalloc.so.2))
-RUN := $(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) )$(PY)
+PRELOAD := $(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) )
+RUN := $(PRELOAD)$(PY)
 
 # Creates .venv from the committed lock when it is missing (idempotent: a stamp records the lock hash).
 # On a CPU-only machine, `make setup TORCH_INDEX=https://download.pytorch.org/whl/cpu` takes the lock's torch
@@ -45,7 +46,7 @@ demo: setup
 
 # dvc repro with the venv's dvc and python (stage commands run `python -m pipeline.run <stage> --params params.yaml`).
 repro: setup data
-	$(if $(JEMALLOC),LD_PRELOAD=$(JEMALLOC) )dvc repro
+	$(PRELOAD)dvc repro
 
 # The longer CPU run of issue 6 (1 h 47 min on 2 cores, measured): same chain, experiment=cpu_full, also recorded in DVC.
 cpu-full: setup

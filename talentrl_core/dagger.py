@@ -108,7 +108,7 @@ def student_games(cfg, family, knowledge, student: str, teacher: str, rnd: int, 
                   stop: Optional[Callable[[], str]] = None) -> list[Trajectory]:
     """Round ``rnd``'s games: the student (``model.temperature``) mixed with the teacher on ``sft.dagger_games``
     training tasks drawn with the round's seed, the talent the task's oracle one, played in resumable parts under
-    ``folder``; read back when the round's file is there. ``stop`` (``sitting_over``) pauses between parts."""
+    ``folder``; read back when the round's file is there. ``stop`` (``preemption.sitting_over``) pauses between parts."""
     from .agent import load_policy
     from .collect_parts import finish_parts, run_in_parts
     from .rollout import EpisodeSpec, RolloutSettings, run_episodes
@@ -153,33 +153,17 @@ def train_rounds(cfg, family, knowledge, data0, base: str, out: Path, meta: Opti
                  keep_previous: int = 1, tracker=None) -> dict:
     """Behaviour cloning (round 0, ``sft.max_steps``) then ``sft.dagger_rounds`` rounds of DAgger, each continuing
     SFT from the previous round's model for ``sft.dagger_steps`` steps; the last round's model lands in ``out``."""
-    from .preemption import stop_signals
+    from .preemption import sitting_over, stop_signals
 
     t0 = time.time()
     with stop_signals("sft") as request:  # shared with each round's SFT, and asked between the games' parts
         return _rounds(cfg, family, knowledge, data0, base, out, meta, keep_previous, tracker, t0,
-                       sitting_over(cfg.sft.max_minutes, t0, request))
-
-
-def sitting_over(max_minutes: float, t0: float, request) -> Callable[[], str]:
-    """Why the sitting is over, or "": a stop signal (``request``), or ``sft.max_minutes`` spent since ``t0``.
-
-    >>> from talentrl_core.preemption import StopRequest
-    >>> over = sitting_over(0.5, time.time() - 60, StopRequest())
-    >>> over(), sitting_over(0, 0.0, StopRequest())()
-    ('sft.max_minutes=0.5', '')
-    """
-    from .preemption import stop_reason
-
-    def why() -> str:
-        late = bool(max_minutes) and time.time() - t0 > max_minutes * 60
-        return stop_reason(request.name, late, f"sft.max_minutes={max_minutes:g}") if request.name or late else ""
-    return why
+                       sitting_over(cfg.sft.max_minutes, t0, request, "sft.max_minutes"))
 
 
 def _rounds(cfg, family, knowledge, data0, base: str, out: Path, meta, keep_previous: int, tracker, t0: float,
             over: Callable[[], str]) -> dict:
-    """``train_rounds``' work; ``t0`` the sitting's start, ``over`` its ``sitting_over``."""
+    """``train_rounds``' work; ``t0`` the sitting's start, ``over`` its ``preemption.sitting_over``."""
     from .sft_data import SFTData
 
     root = dagger_root(out)

@@ -24,7 +24,8 @@ import os
 import signal
 import sys
 import threading
-from typing import Iterator, Optional
+import time
+from typing import Callable, Iterator, Optional
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1")
 "The signals taken as a request to checkpoint and stop (those this platform has)."
@@ -38,6 +39,30 @@ def stop_reason(signal_name: Optional[str], late: bool, budget: str) -> str:
     ('rl.max_minutes=5', 'SIGTERM', 'a stop on another process')
     """
     return signal_name or (budget if late else "a stop on another process")
+
+
+def budget_spent(max_minutes: float, t0: float) -> bool:
+    """Whether a sitting begun at ``t0`` (``time.time()``) has spent its wall-clock budget of ``max_minutes`` (0: none).
+
+    >>> budget_spent(0.5, time.time() - 60), budget_spent(0, 0.0), budget_spent(5, time.time())
+    (True, False, False)
+    """
+    return bool(max_minutes) and time.time() - t0 > max_minutes * 60
+
+
+def sitting_over(max_minutes: float, t0: float, request: "StopRequest", budget: str) -> Callable[[], str]:
+    """A check of why the sitting is over, or "" while it goes on: a stop signal (``request``), or ``max_minutes``
+    spent since ``t0`` (``budget``: the setting's name, for the ``Paused`` line). For a loop on one process; a
+    distributed one votes on ``budget_spent`` first (``sft.sitting``, ``rl.run_files.past_budget``).
+
+    >>> over = sitting_over(0.5, time.time() - 60, StopRequest(), "sft.max_minutes")
+    >>> over(), sitting_over(0, 0.0, StopRequest(), "sft.max_minutes")()
+    ('sft.max_minutes=0.5', '')
+    """
+    def why() -> str:
+        late = budget_spent(max_minutes, t0)
+        return stop_reason(request.name, late, f"{budget}={max_minutes:g}") if request.name or late else ""
+    return why
 
 
 class StopRequest:

@@ -269,7 +269,7 @@ def sitting(max_minutes: float):
     train and writes the model."""
     from transformers import TrainerCallback
 
-    from .preemption import StopRequest, stop_reason
+    from .preemption import StopRequest, budget_spent, stop_reason
 
     class Sitting(TrainerCallback):
         def __init__(self):
@@ -279,7 +279,7 @@ def sitting(max_minutes: float):
             state.save_steps = args_.save_steps
 
         def on_step_end(self, args_, state, control, **kw):
-            late = bool(max_minutes) and time.time() - self.t0 > max_minutes * 60
+            late = budget_spent(max_minutes, self.t0)
             if over_anywhere(late or self.stop.name is not None) and state.global_step < state.max_steps:
                 control.should_training_stop = True
                 control.should_save = True

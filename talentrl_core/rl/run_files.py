@@ -16,7 +16,7 @@ import torch
 
 from ..checkpoints import claim_work_dir, commit_staged, newest_sound, step_folders, write_final
 from ..io import disk_full_named, read_json, write_json
-from ..preemption import stop_reason
+from ..preemption import budget_spent, stop_reason
 from ..workdir import holds_job, record_job, say
 
 META_FILE = "talentrl_meta.json"
@@ -94,11 +94,9 @@ def past_budget(acc, max_minutes: float, t0: float, stopped: Optional[str] = Non
     """Why this sitting ends after this update ('' while it goes on): a stop signal (``stopped``, its name;
     ``preemption.py``) or the wall-clock budget (``rl.max_minutes``, 0: none) since ``t0`` spent, on any process, so
     that all of them stop after the same update."""
-    import time
-
     from .update import reduce_sum
 
-    late = bool(max_minutes) and time.time() - t0 > max_minutes * 60
+    late = budget_spent(max_minutes, t0)
     if reduce_sum(acc, {"over": float(late or bool(stopped))})["over"] == 0:
         return ""
     return stop_reason(stopped, late, f"rl.max_minutes={max_minutes:g}")

@@ -1,5 +1,6 @@
 """Merge evaluation runs of disjoint systems on the same panels into one report: evaluate the systems in parallel
-processes (or machines), each writing its own ``<artifacts>/eval``, then
+processes (or machines), each writing its own ``<artifacts>/eval`` (or take a committed ``docs/results`` folder,
+whose episodes are gzipped), then
 
     .venv/bin/python -m pipeline.merge_eval artifacts/eval other/eval --out docs/results/x
 
@@ -33,7 +34,7 @@ def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0, rename: Mappi
 
     rows, metas, owner, tasks = [], [], {}, {}
     for i, run in enumerate(runs):
-        got = [json.loads(line) for line in (run / "episodes.jsonl").read_text().splitlines() if line.strip()]
+        got = episode_rows(run)
         meta = json.loads((run / "metrics.json").read_text())
         names = dict((rename or {}).get(i, {}))
         if missing := sorted(set(names) - {r["system"] for r in got}):
@@ -65,6 +66,22 @@ def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0, rename: Mappi
     metrics["talents"] = talent_metrics(results, matrices)
     metrics["merged_from"] = [str(r) for r in runs]
     return rows, metrics
+
+
+def episode_rows(run: Path) -> list[dict]:
+    """The episode rows of an evaluation folder: ``episodes.jsonl`` as the evaluate stage writes it, or
+    ``episodes.jsonl.gz`` as ``docs/results`` commits it (so a new run merges with a committed one)."""
+    import gzip
+
+    plain, packed = run / "episodes.jsonl", run / "episodes.jsonl.gz"
+    if plain.is_file():
+        text = plain.read_text()
+    elif packed.is_file():
+        with gzip.open(packed, "rt") as f:
+            text = f.read()
+    else:
+        raise FileNotFoundError(f"{run} holds neither episodes.jsonl nor episodes.jsonl.gz")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 @named_errors("pipeline.merge_eval")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import subprocess
@@ -439,6 +440,15 @@ def test_evaluations_of_disjoint_systems_merge_into_the_single_run(shared_data, 
         merge([a, b], rename={0: {"nope": "x"}})
     with pytest.raises(ValueError, match="no run has x; the systems: random_action"):
         merge([a, b], pairs=[("x", "random_action")])
+    # a committed results folder (episodes gzipped, as docs/results stores them) merges as its run did
+    packed = tmp_path / "committed"
+    packed.mkdir()
+    (packed / "metrics.json").write_bytes((b / "metrics.json").read_bytes())
+    with gzip.open(packed / "episodes.jsonl.gz", "wb") as f:
+        f.write((b / "episodes.jsonl").read_bytes())
+    assert merge([a, packed])[1]["systems"] == merged["systems"]
+    with pytest.raises(FileNotFoundError, match="neither episodes.jsonl nor"):
+        merge([a, tmp_path])
 
 
 def test_a_killed_evaluation_resumes_from_its_finished_chunks(shared_data, tmp_path, monkeypatch):

@@ -35,4 +35,4 @@ stage eval_sft evaluate $A "eval.systems=[talent_sft]"
 [ -d $R/alf_sft_eval ] || cp -r $R/alf_d/eval $R/alf_sft_eval
 stage rl rl $A rl.max_minutes=$(( $(mins) - 4 ))
 stage eval_rest evaluate $A "eval.systems=[talentrl,flat_grpo,flat_skillbank,oracle_talent,random_talent]"
-log "chain done: python -m pipeline.merge_eval docs/results/alfworld/dagger $R/alf_sft_eval $R/alf_d/eval --rename 0 talent_sft dagger_talent_sft --pair talent_sft dagger_talent_sft --out <folder>"
+log "chain done: python -m pipeline.merge_eval docs/results/alfworld/dagger $R/alf_sft_eval $R/alf_d/eval --rename 1 talent_sft dagger_talent_sft --pair talent_sft dagger_talent_sft --out <folder>"

@@ -3,7 +3,8 @@
 # in sittings: every stage resumes, so the same call continues where the last sitting stopped.
 #   usage: docs/results/alfworld/chain.sh "YYYY-MM-DD HH:MM"     (the sitting's end, `date -d` syntax)
 #   RUNS   folder for the artifacts (default /work/runs: alf_d/, alf_sft_eval/, alf_chain.log, alf_chain.out)
-#   PY     the venv's python (default .venv/bin/python of this checkout); runs from the checkout holding this file.
+#   PY     the venv's python (default .venv/bin/python of this checkout); runs the code of the checkout holding this
+#          file: start it from a clone of its own, so that edits elsewhere do not reach a running stage.
 # Stages: collect (3,553 teacher games, parts of 256), distill, sft (1,000 BC steps, then the DAgger round: 256
 # games, <= 700 steps), evaluate talent_sft (copied to alf_sft_eval: the primary criterion first), rl (talentrl,
 # flat_grpo), evaluate the other five systems. A stage's marker file (alf_d.done.<stage>) says it finished.

@@ -21,7 +21,7 @@ log() { echo "$(date -u '+%F %T') $*" >> $R/alf_chain.log; }
 stage() {  # stage <marker> <pipeline.run args...>: runs until done (rc 0) or the sitting ends (SIGTERM: pause)
   local m=$1; shift
   [ -f $R/alf_d.done.$m ] && return 0
-  [ "$(mins)" -lt 3 ] && { log "no time for $m"; exit 0; }
+  [ "$(mins)" -lt 6 ] && { log "no time for $m"; exit 0; }  # a budget (mins - 4) must stay positive
   log "start $m ($(mins) min left)"
   nice -n 5 timeout --signal=TERM --kill-after=120 $(( END - $(date +%s) )) $PY -m pipeline.run "$@" >> $R/alf_chain.out 2>&1
   local rc=$?; log "rc=$rc $m"

@@ -207,3 +207,21 @@ def test_procedure_talents_one_per_task_type_whatever_search_played(family, game
     assert [t.strategy for t in trajs] == ["surfaces-first"] * 2
     with pytest.raises(ValueError, match="choose strategy or procedure"):
         LibraryConfig(talents_by="task")
+
+
+def test_teacher_forced_decisions_route_each_game_to_its_procedure_talent():
+    """pipeline.decisions on a library of procedure talents (ALFWorld): no talent is distilled from the teacher's
+    strategy, so each game is routed to its own procedure's talent (the oracle); an unknown teacher is named with the
+    family's strategies; a strategy library still routes to the teacher's talent, or names the ones it has."""
+    from talentrl_core.evaluation.decisions import teacher_route
+
+    class Lib:
+        def strategy_talents(self, family):
+            return {"explore": "T-1", None: "T-2"}
+
+    assert teacher_route("procedure", "alfworld", "surfaces-first", Lib()) == {"routing": "oracle"}
+    with pytest.raises(KeyError, match="surfaces-first"):
+        teacher_route("procedure", "alfworld", "surface-first", Lib())
+    assert teacher_route("strategy", "textworld", "explore", Lib()) == {"routing": "fixed", "talent_id": "T-1"}
+    with pytest.raises(ValueError, match=r"choose from \['explore'\]"):
+        teacher_route("strategy", "textworld", "follow", Lib())

@@ -101,23 +101,36 @@ def accuracy_table(records: Sequence[dict]) -> dict:
     return table
 
 
+def teacher_route(talents_by: str, family: str, teacher: str, lib) -> dict:
+    """How the policy is routed while ``teacher`` plays: to the talent distilled from that strategy (``talents_by``
+    strategy), or, with one talent per task procedure (``procedure``, ALFWorld), to each task's own (the oracle).
+    An unknown teacher is named with the choices."""
+    if talents_by == "procedure":
+        from ..envs.strategies import get_strategy
+
+        get_strategy(family, teacher)  # a KeyError names the family's strategies
+        return {"routing": "oracle"}
+    talents = lib.strategy_talents(family)
+    if teacher not in talents:
+        raise ValueError(f"no talent distilled from the strategy {teacher!r} in this library; "
+                         f"choose from {sorted(k for k in talents if k)}")
+    return {"routing": "fixed", "talent_id": talents[teacher]}
+
+
 def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, load_policy, progress: bool = False,
                    rank: bool = False) -> tuple[list[dict], dict]:
     """(records, table): ``checkpoint`` named the teacher's every command on ``panel``'s tasks, given the talent
-    distilled from that teacher (``knowledge`` a flat=False library view; the library's strategy labels name it);
+    distilled from that teacher (``knowledge`` a flat=False library view; the library's strategy labels name it), or
+    with procedure talents (``library.talents_by=procedure``, ALFWorld) the task's own procedure talent;
     ``rank``: every admissible command scored too (``rank_commands``)."""
     from ..library.templates import abstract_action
     from ..rollout import EpisodeSpec, run_episodes
     from .runner import open_panel
 
     family, tasks, settings = open_panel(cfg, panel, progress)
-    talents = knowledge.lib.strategy_talents(family.name)
-    if teacher not in talents:
-        raise ValueError(f"no talent distilled from the strategy {teacher!r} in this library; "
-                         f"choose from {sorted(k for k in talents if k)}")
+    route = teacher_route(cfg.library.talents_by, family.name, teacher, knowledge.lib)
     wrapper = TeacherForced(load_policy(checkpoint), teacher, lambda a: abstract_action(family.name, a), rank)
-    specs = [EpisodeSpec(t, routing="fixed", talent_id=talents[teacher], use_skills=True, seed=cfg.eval.seed * 100003 + i)
-             for i, t in enumerate(tasks)]
+    specs = [EpisodeSpec(t, **route, use_skills=True, seed=cfg.eval.seed * 100003 + i) for i, t in enumerate(tasks)]
     trajs = run_episodes(family.make, specs, wrapper, settings, knowledge, cfg.collect.batch_size, progress)
     table = accuracy_table(wrapper.records)
     table["teacher_success"] = round(sum(bool(t.success) for t in trajs) / max(1, len(trajs)), 4)

@@ -374,6 +374,10 @@ def test_teacher_forced_accuracy_counts_each_decision(choice_family):
     assert all(r["correct"] for r in out["teacher"][1]) and len(out["teacher"][1]) == sum(map(len, out["teacher"][0]))
     assert {r["decision"] for r in out["teacher"][1]} >= {"search[{query}]", "click[{product}]", "click[buy now]"}
     assert 0 < sum(r["correct"] for r in out["random"][1]) < len(out["random"][1])
+    steps = {}  # each record names its episode (the spec's seed) and step, so a decision is read in its game
+    for r in out["teacher"][1]:
+        steps.setdefault(r["episode"], []).append(r["step"])
+    assert [steps[i] for i in range(len(tasks))] == [list(range(len(a))) for a in out["teacher"][0]]
 
 
 def test_ranked_decisions_score_every_admissible_command(choice_family, shared_data, tmp_path):

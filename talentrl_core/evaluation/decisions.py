@@ -44,6 +44,8 @@ class TeacherForced:
             record = {"goal": it.env.goal() if hasattr(it.env, "goal") else "", "teacher": want, "policy": got,
                       "decision": self.template(" ".join(str(want or "").lower().split())),
                       "correct": same_command(got, want)}
+            if it.seed is not None:  # the rollout seeds a step with its episode's seed * 1000 + the step's index
+                record.update(episode=it.seed // 1000, step=it.seed % 1000)
             if self.rank and it.allowed:
                 ranked = rank_commands(self.model, it.messages, it.allowed, it.env_name)
                 record.update(candidates=len(ranked), top_scored=ranked[0][0],

@@ -4,8 +4,8 @@ of a panel's tasks and the checkpoint, shown the same prompt with the teacher's 
     .venv/bin/python -m pipeline.decisions experiment=webshop --checkpoint artifacts/models/sft --teacher rank_order \\
         --panel webshop --out docs/results/webshop/decisions
 
-Writes ``records.jsonl`` (one row per decision: teacher's command, the policy's, its class, correct, its episode and step) and
-``metrics.json`` (accuracy per decision class and overall) into ``--out``. ``--rank`` also scores every admissible
+Writes ``records.jsonl`` (one row per decision: teacher's command, the policy's, its class, correct, its episode and
+step) and ``metrics.json`` (accuracy per decision class and overall) into ``--out``. ``--rank`` also scores every admissible
 command by its whole log-probability and records the teacher's rank among them (per class: how often it scored first,
 its median rank): whether the model prefers the right command even where greedy decoding names another.
 """

@@ -81,22 +81,47 @@ def rank_commands(policy, messages: list[dict], allowed: Sequence[str], env_name
     return sorted(((parse_for_env(env_name, a), sum(lp)) for a, lp in zip(allowed, scores)), key=lambda x: -x[1])
 
 
+def repeated(records: Sequence[dict]) -> list[bool]:
+    """Per record: the policy named, wrongly, a command already played earlier in its episode (the teacher's, since
+    the teacher plays every step): in ALFWorld a walk back to a receptacle already searched, the loop behaviour
+    cloning leaves. Records without an episode (older files) are never repeats.
+
+    >>> repeated([{"episode": 0, "step": 0, "teacher": "go to a", "policy": "go to a", "correct": True},
+    ...           {"episode": 0, "step": 1, "teacher": "go to b", "policy": "go to a", "correct": False},
+    ...           {"episode": 1, "step": 0, "teacher": "go to b", "policy": "go to a", "correct": False}])
+    [False, True, False]
+    """
+    played: dict[int, list[tuple[int, str]]] = defaultdict(list)
+    for r in records:
+        if r.get("episode") is not None:
+            played[r["episode"]].append((r["step"], " ".join(str(r["teacher"] or "").lower().split())))
+    out = []
+    for r in records:
+        said = " ".join(str(r.get("policy") or "").lower().split())
+        before = played.get(r.get("episode"), []) if r.get("episode") is not None else []
+        out.append(not r["correct"] and any(step < r["step"] and cmd == said for step, cmd in before))
+    return out
+
+
 def accuracy_table(records: Sequence[dict]) -> dict:
-    """{decision: {n, correct, accuracy}} and the overall row ``all``; with ranked records (``rank``) also how often
-    the teacher's command scored first and its median rank (1 = first).
+    """{decision: {n, correct, accuracy, wrong_repeats}} and the overall row ``all`` (``wrong_repeats``: wrong
+    decisions that name a command already played in the episode, ``repeated``); with ranked records (``rank``) also
+    how often the teacher's command scored first and its median rank (1 = first).
 
     >>> accuracy_table([{"decision": "a", "correct": True, "teacher_rank": 0}, {"decision": "a", "correct": False,
     ...                 "teacher_rank": 3}])["a"]
-    {'n': 2, 'correct': 1, 'accuracy': 0.5, 'scored_first': 1, 'median_rank': 2.5}
+    {'n': 2, 'correct': 1, 'accuracy': 0.5, 'wrong_repeats': 0, 'scored_first': 1, 'median_rank': 2.5}
     """
-    groups: dict[str, list[dict]] = defaultdict(list)
-    for r in records:
-        groups[r["decision"]].append(r)
-        groups["all"].append(r)
+    groups: dict[str, list[tuple[dict, bool]]] = defaultdict(list)
+    for r, again in zip(records, repeated(records)):
+        groups[r["decision"]].append((r, again))
+        groups["all"].append((r, again))
     table = {}
-    for k, rows in sorted(groups.items()):
+    for k, pairs in sorted(groups.items()):
+        rows = [r for r, _ in pairs]
         ok = [bool(r["correct"]) for r in rows]
-        table[k] = {"n": len(ok), "correct": sum(ok), "accuracy": round(sum(ok) / len(ok), 4)}
+        table[k] = {"n": len(ok), "correct": sum(ok), "accuracy": round(sum(ok) / len(ok), 4),
+                    "wrong_repeats": sum(again for _, again in pairs)}
         ranks = [r["teacher_rank"] for r in rows if r.get("teacher_rank") is not None]
         if ranks:
             table[k].update(scored_first=sum(x == 0 for x in ranks), median_rank=statistics.median(x + 1 for x in ranks))

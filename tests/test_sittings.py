@@ -1,0 +1,68 @@
+"""The experiment runners in sittings (``docs/results/sitting.sh`` and the runners that source it): a finished stage
+writes its marker and is skipped by the next call, a paused or failed stage stops the runner with its exit code and
+writes none, and no stage starts without the minutes its budget needs. The runners run here with a stand-in for the
+venv's python that records each call and exits as told."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNNERS = ["docs/results/alfworld/chain.sh", "docs/results/webshop/p6.sh", "docs/results/routing/a2_draws.sh"]
+
+
+def run(runner: str, runs: Path, minutes: int, fail_on: str = "") -> subprocess.CompletedProcess:
+    """``runner`` with the sitting ending in ``minutes``; the stand-in python exits 75 (paused) on a call naming
+    ``fail_on``, 0 otherwise."""
+    fake = runs / "python"
+    fake.write_text('#!/bin/bash\necho "$*" >> "$RUNS/calls"\n'
+                    'if [ -n "$FAIL_ON" ] && [[ "$*" == *"$FAIL_ON"* ]]; then exit 75; fi\n')
+    fake.chmod(0o755)
+    end = (dt.datetime.now() + dt.timedelta(minutes=minutes)).strftime("%Y-%m-%d %H:%M")
+    env = dict(os.environ, RUNS=str(runs), PY=str(fake), FAIL_ON=fail_on)
+    return subprocess.run(["bash", str(ROOT / runner), end], env=env, capture_output=True, text=True, timeout=60)
+
+
+def calls(runs: Path) -> list[str]:
+    path = runs / "calls"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_a_runner_resumes_past_its_finished_stages(runner, tmp_path):
+    paused = run(runner, tmp_path, 60, fail_on="pipeline.run distill")
+    assert paused.returncode == 75, paused.stderr
+    assert [c.split()[1:3] for c in calls(tmp_path)] == [["pipeline.run", "collect"], ["pipeline.run", "distill"]]
+    markers = sorted(p.name.rsplit(".", 1)[1] for p in tmp_path.glob("*.done.*"))
+    assert markers == ["collect"]  # the paused stage wrote none
+    log = next(tmp_path.glob("*.log")).read_text()
+    assert "rc=75 distill" in log
+
+    done = run(runner, tmp_path, 60)
+    assert done.returncode == 0, done.stderr
+    second = calls(tmp_path)[2:]
+    assert second and not any(" collect " in c + " " for c in second)  # the finished stage was skipped
+    assert second[0].split()[1:3] == ["pipeline.run", "distill"]
+    assert len(list(tmp_path.glob("*.done.*"))) >= 4
+
+    before = len(calls(tmp_path))
+    run(runner, tmp_path, 60)
+    assert len(calls(tmp_path)) - before <= 1  # everything done: at most the criterion read of p6 runs again
+
+
+def test_no_stage_starts_without_the_minutes_its_budget_needs(tmp_path):
+    late = run("docs/results/alfworld/chain.sh", tmp_path, 3)
+    assert late.returncode == 0 and calls(tmp_path) == []
+    assert "no time for collect" in next(tmp_path.glob("*.log")).read_text()
+
+
+def test_the_budget_given_to_a_stage_is_the_sittings_minutes_less_four(tmp_path):
+    run("docs/results/alfworld/chain.sh", tmp_path, 30, fail_on="pipeline.run sft")
+    (sft,) = [c for c in calls(tmp_path) if c.split()[1:3] == ["pipeline.run", "sft"]]
+    budget = int(sft.split("sft.max_minutes=")[1].split()[0])
+    assert 24 <= budget <= 26

@@ -159,6 +159,22 @@ class Trajectory:
     def n_invalid(self) -> int:
         return sum(not s.valid for s in self.steps)
 
+    def n_repeated(self) -> int:
+        """Environment steps whose action was already taken earlier in the episode (up to case and spacing): in
+        ALFWorld a walk back to a receptacle already visited, the loop an imitating student falls into.
+
+        >>> t = Trajectory("r", "alfworld", "valid", "t", "look", "{}", steps=[Step("", "", a, "", 0.0, True) for a in
+        ...                ("go to desk 1", "go to bed 1", "Go to desk 1", "take cd 1 from desk 1")])
+        >>> t.n_repeated()
+        1
+        """
+        seen, repeated = set(), 0
+        for s in self.env_steps():
+            key = " ".join(str(s.action).lower().split())
+            repeated += key in seen
+            seen.add(key)
+        return repeated
+
     def to_row(self) -> dict:
         d = asdict(self)
         d["n_steps"] = self.n_steps

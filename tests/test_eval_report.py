@@ -482,3 +482,17 @@ def test_paired_comparisons_test_reward_by_sign_and_hold_the_trained_systems_to_
 
     md = render_markdown(build_metrics(rs, n_boot=20))
     assert "| talent_sft vs strategy:rule_options | webshop | 0 | 3 | 0 | 12 | 0.2500 | 3 / 9 / 0 | 0.15 |" in md
+
+
+def test_repeated_actions_are_a_rate_only_where_every_episode_records_them():
+    """``repeat_rate``: actions repeating one earlier in the episode over policy steps (ALFWorld's walks back), from
+    the rows' ``n_repeated``; rows written before it was recorded (None) give no rate rather than a false 0."""
+    from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
+
+    rs = [EpisodeResult("talent_sft", "alfworld_valid_seen", f"t{i}", "a", False, 0.0, 3, n_steps=10, n_repeated=i % 3)
+          for i in range(6)]
+    rs += [EpisodeResult("bc", "alfworld_valid_seen", f"t{i}", "a", False, 0.0, 3, n_steps=10,
+                         n_repeated=None if i == 0 else 2) for i in range(6)]
+    m = build_metrics(rs)
+    assert m["systems"]["talent_sft"]["alfworld_valid_seen"]["repeat_rate"] == 6 / 60
+    assert "repeat_rate" not in m["systems"]["bc"]["alfworld_valid_seen"]

@@ -344,6 +344,7 @@ def test_floors_and_the_teacher_are_evaluated_beside_the_systems(shared_data, tm
     rows = [json.loads(line) for line in Path(out["files"]["episodes.jsonl"]).read_text().splitlines()]
     by = {s: {r["task_id"]: r for r in rows if r["system"] == s} for s in ("random_action", "strategy:rule_options", "strategy:rank_order")}
     assert all(len(v) == 12 for v in by.values()) and not out["skipped"]
+    assert all(isinstance(r["n_repeated"], int) and 0 <= r["n_repeated"] < r["n_steps"] for r in rows)
     fam = make_family(cfg.env, tmp_path / "c")
     env = fam.make()
     for t in fam.tasks("test", 12, cfg.eval.seed):

@@ -11,6 +11,8 @@ appear at every level, these are guaranteed and checked by ``validate_metrics``)
                                   "ci_method": str, "mean_reward": float, "tokens_per_episode": float,
                                   "errors": int,           # episodes that ended in an environment error
                                   "invalid_rate": float,   # invalid actions / policy steps
+                                  "repeat_rate": float,    # actions repeating one earlier in the episode / policy
+                                                           # steps (where every row records it)
                                   "per_task_type": {TYPE: {"success", "ci95", "n", "tokens_per_episode"}},
                                   "avg_at_k": {"k", "k_min", "value", "ci95", "n_tasks"},   # sampled only
                                   "routing_accuracy": float, "routing_n": int}}},         # oracle known
@@ -78,6 +80,9 @@ class EpisodeResult:
     cue_read: Optional[bool] = None
     ("Whether the router restated the cue its prompt shows (env.routing_cue, issue 38's A2: \"recognise, then "
      "route\"); None without a restated cue.")
+    n_repeated: Optional[int] = None
+    ("Environment steps repeating an earlier action of the episode (Trajectory.n_repeated: ALFWorld's walks back); "
+     "None in rows written before it was recorded.")
 
 
 SCORE_PANELS = ("webshop",)
@@ -108,6 +113,8 @@ def _success_block(eps: list[EpisodeResult], ci: str, z: float, n_boot: int, see
         "tokens_per_episode": float(np.mean([e.tokens for e in eps])),
         "errors": int(sum(bool(e.error) for e in eps)),
         "invalid_rate": float(sum(e.n_invalid for e in eps) / steps) if steps else 0.0,
+        **({"repeat_rate": float(sum(e.n_repeated for e in eps) / steps) if steps else 0.0}
+           if eps and all(e.n_repeated is not None for e in eps) else {}),
     }
 
 

@@ -173,7 +173,7 @@ def episode_result(system: str, panel: str, t, knowledge, sample_idx: int, cue=N
         reward=float(t.final_reward), tokens=sum(s.prompt_tokens + s.completion_tokens for s in t.steps),
         chosen_talent=t.talent_id, oracle_talent=oracle, sample_idx=sample_idx,
         error=bool(t.error), n_steps=t.n_steps, n_invalid=t.n_invalid, route_p=route_probability(t),
-        cue_read=cue_read(t, cue),
+        cue_read=cue_read(t, cue), n_repeated=t.n_repeated(),
     )
 
 

@@ -95,6 +95,15 @@ def routing_action(talent_id: Optional[str]) -> str:
     return f"{ROUTING_MARK}{talent_id}"
 
 
+def command_key(action: Optional[str]) -> str:
+    """A command up to case and spacing (None: ""), for comparing two commands.
+
+    >>> command_key("Go to  Desk 1"), command_key(None)
+    ('go to desk 1', '')
+    """
+    return " ".join(str(action or "").lower().split())
+
+
 def is_routing_action(action: Optional[str]) -> bool:
     return (action or "").startswith(ROUTING_MARK)
 
@@ -170,7 +179,7 @@ class Trajectory:
         """
         seen, repeated = set(), 0
         for s in self.env_steps():
-            key = " ".join(str(s.action).lower().split())
+            key = command_key(s.action)
             repeated += key in seen
             seen.add(key)
         return repeated

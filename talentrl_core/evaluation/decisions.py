@@ -20,6 +20,7 @@ from typing import Optional, Sequence
 
 from ..generation import GenResult
 from ..prompts import format_action, parse_for_env
+from ..trajectories import command_key
 
 
 class TeacherForced:
@@ -42,7 +43,7 @@ class TeacherForced:
             want = it.env.strategy_action(self.teacher)
             got = parse_for_env(it.env_name, answer.text)
             record = {"goal": it.env.goal() if hasattr(it.env, "goal") else "", "teacher": want, "policy": got,
-                      "decision": self.template(" ".join(str(want or "").lower().split())),
+                      "decision": self.template(command_key(want)),
                       "correct": same_command(got, want)}
             if it.seed is not None:  # the rollout seeds a step with its episode's seed * 1000 + the step's index
                 record.update(episode=it.seed // 1000, step=it.seed % 1000)
@@ -61,7 +62,7 @@ def same_command(a: Optional[str], b: Optional[str]) -> bool:
     >>> same_command("click[Buy Now]", "click[buy  now]"), same_command(None, "look")
     (True, False)
     """
-    return a is not None and b is not None and " ".join(a.lower().split()) == " ".join(b.lower().split())
+    return a is not None and b is not None and command_key(a) == command_key(b)
 
 
 def rank_commands(policy, messages: list[dict], allowed: Sequence[str], env_name: str) -> list[tuple[str, float]]:
@@ -94,10 +95,10 @@ def repeated(records: Sequence[dict]) -> list[bool]:
     played: dict[int, list[tuple[int, str]]] = defaultdict(list)
     for r in records:
         if r.get("episode") is not None:
-            played[r["episode"]].append((r["step"], " ".join(str(r["teacher"] or "").lower().split())))
+            played[r["episode"]].append((r["step"], command_key(r["teacher"])))
     out = []
     for r in records:
-        said = " ".join(str(r.get("policy") or "").lower().split())
+        said = command_key(r.get("policy"))
         before = played.get(r.get("episode"), []) if r.get("episode") is not None else []
         out.append(not r["correct"] and any(step < r["step"] and cmd == said for step, cmd in before))
     return out

@@ -11,8 +11,8 @@ appear at every level, these are guaranteed and checked by ``validate_metrics``)
                                   "ci_method": str, "mean_reward": float, "tokens_per_episode": float,
                                   "errors": int,           # episodes that ended in an environment error
                                   "invalid_rate": float,   # invalid actions / policy steps
-                                  "repeat_rate": float,    # actions repeating one earlier in the episode / policy
-                                                           # steps (where every row records it)
+                                  "repeat_rate": float,    # optional: actions repeating one earlier in the
+                                                           # episode / policy steps (where every row records it)
                                   "per_task_type": {TYPE: {"success", "ci95", "n", "tokens_per_episode"}},
                                   "avg_at_k": {"k", "k_min", "value", "ci95", "n_tasks"},   # sampled only
                                   "routing_accuracy": float, "routing_n": int}}},         # oracle known

@@ -99,7 +99,7 @@ def repeated(records: Sequence[dict]) -> list[bool]:
     out = []
     for r in records:
         said = command_key(r.get("policy"))
-        before = played.get(r.get("episode"), []) if r.get("episode") is not None else []
+        before = played.get(r.get("episode"), [])  # no episode: never a key of played
         out.append(not r["correct"] and any(step < r["step"] and cmd == said for step, cmd in before))
     return out
 

@@ -106,16 +106,17 @@ def _interval(successes: list[bool], ci: str, z: float, n_boot: int, seed: int) 
 def _success_block(eps: list[EpisodeResult], ci: str, z: float, n_boot: int, seed: int) -> dict:
     succ = [bool(e.success) for e in eps]
     steps = sum(e.n_steps for e in eps)
-    return {
+    block = {
         "success": float(np.mean(succ)),
         "ci95": _interval(succ, ci, z, n_boot, seed),
         "n": int(len(succ)),
         "tokens_per_episode": float(np.mean([e.tokens for e in eps])),
         "errors": int(sum(bool(e.error) for e in eps)),
         "invalid_rate": float(sum(e.n_invalid for e in eps) / steps) if steps else 0.0,
-        **({"repeat_rate": float(sum(e.n_repeated for e in eps) / steps) if steps else 0.0}
-           if eps and all(e.n_repeated is not None for e in eps) else {}),
     }
+    if eps and all(e.n_repeated is not None for e in eps):  # older rows do not record it: no rate, not a false 0
+        block["repeat_rate"] = float(sum(e.n_repeated for e in eps) / steps) if steps else 0.0
+    return block
 
 
 def build_metrics(

@@ -56,10 +56,10 @@ cpu-full: setup
 webshop: setup data
 	$(RUN) -m pipeline.demo experiment=webshop
 
-# ALFWorld (3,553 train games, valid_seen / valid_unseen): same chain with experiment=alfworld (hours on 2 cores;
+# ALFWorld (3,553 train games, valid_seen / valid_unseen): same chain with experiment=alfworld_prompt_loss (~12 h on 2 cores;
 # every stage resumes, so re-running continues where a stop left it: docs/alfworld.md).
 alfworld: setup data
-	$(RUN) -m pipeline.demo experiment=alfworld
+	$(RUN) -m pipeline.demo experiment=alfworld_prompt_loss
 
 test: setup
 	$(PY) -m pytest -q -m "not slow"

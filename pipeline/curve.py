@@ -8,7 +8,10 @@ Writes ``episodes.jsonl`` (one row per step × system × task) and ``metrics.jso
 interval and score with its bootstrap 95% interval per step) into ``--out``. Use a held-out split, never the test
 panel: the curve sizes the run. Run it again into the same ``--out`` while SFT goes on: points whose checkpoint is
 unchanged are kept from the ``episodes.jsonl`` there, only new checkpoints are played; a point stopped midway keeps
-its finished chunks of 64 tasks (``<artifacts_dir>/curve.work``, removed once the curve is written).
+its finished chunks of 64 tasks (``<artifacts_dir>/curve.work``, removed once the curve is written). With DAgger
+rounds (``sft.dagger_rounds``) the curve runs on across them: behaviour cloning's steps, then each round's checkpoint
+at the steps before it plus its own (``experiment=alfworld_dagger``: BC's 1,000, then the round's 125 ... 511 at
+1,125 ... 1,511).
 """
 
 from __future__ import annotations

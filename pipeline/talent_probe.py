@@ -40,7 +40,7 @@ def talent_probe(cfg, args):
 
     paths = ArtifactPaths.of(cfg)
     try:
-        saved = curve_checkpoints(paths)
+        saved = curve_checkpoints(paths, cfg.sft.dagger_rounds)
     except ValueError:  # none kept (sft.keep_checkpoints) or none yet: the final checkpoint alone
         saved = []
     points = [(Path(c).name, Path(c)) for c in args.checkpoint] or [

@@ -363,7 +363,7 @@ def test_learning_curve_reads_every_saved_sft_checkpoint_by_step(tmp_path):
     from pipeline.config import load_config
 
     paths = ArtifactPaths.of(load_config([f"artifacts_dir={tmp_path}"]))
-    with pytest.raises(ValueError, match=r"no SFT checkpoint under .*sft\.work: run the sft stage"):
+    with pytest.raises(ValueError, match=r"no SFT checkpoint under sft\.work in .*: run the sft stage"):
         curve_checkpoints(paths)
     work = paths.sft_checkpoint.with_name(paths.sft_checkpoint.name + ".work")
     for step in (300, 100, 20):
@@ -371,6 +371,26 @@ def test_learning_curve_reads_every_saved_sft_checkpoint_by_step(tmp_path):
         (work / f"checkpoint-{step}" / "config.json").write_text("{}")
     (work / "checkpoint-400").mkdir()  # being written: no config yet
     assert [s for s, _ in curve_checkpoints(paths)] == [20, 100, 300]
+
+
+def test_a_dagger_curve_runs_on_across_rounds(tmp_path):
+    """Behaviour cloning's checkpoints, then each DAgger round's at the steps before it plus its own: one curve."""
+    from talentrl_core.dagger import dagger_root
+    from talentrl_core.evaluation.curve import curve_checkpoints
+    from talentrl_core.paths import ArtifactPaths
+
+    from pipeline.config import load_config
+
+    paths = ArtifactPaths.of(load_config([f"artifacts_dir={tmp_path}"]))
+    root, final = dagger_root(paths.sft_checkpoint), paths.sft_checkpoint
+    for run, steps in ((root / "round-0", (500, 1000)), (root / "round-1", (125, 250)), (final, (125, 260))):
+        for step in steps:
+            (run.with_name(run.name + ".work") / f"checkpoint-{step}").mkdir(parents=True)
+            (run.with_name(run.name + ".work") / f"checkpoint-{step}" / "config.json").write_text("{}")
+    got = curve_checkpoints(paths, dagger_rounds=2)
+    assert [s for s, _ in got] == [500, 1000, 1125, 1250, 1375, 1510]
+    assert got[2][1] == root / "round-1.work" / "checkpoint-125" and got[-1][1].parent.name == final.name + ".work"
+    assert [s for s, _ in curve_checkpoints(paths)] == [125, 260]  # without rounds: the final SFT's own
 
 
 def test_a_curve_point_stopped_midway_plays_only_its_unfinished_chunks_again(tmp_path, shared_data, monkeypatch):

@@ -32,13 +32,25 @@ CURVE_SYSTEMS = ("talent_sft", "flat_skillbank")
 "What a curve point plays by default: the policy routing, and the same checkpoint flat."
 
 
-def curve_checkpoints(paths: ArtifactPaths) -> list[tuple[int, Path]]:
-    """(step, folder) of every saved SFT checkpoint, by step; a ValueError when there is none."""
-    work = paths.sft_checkpoint.with_name(paths.sft_checkpoint.name + ".work")
-    found = step_folders(work, must_hold="config.json")
+def curve_checkpoints(paths: ArtifactPaths, dagger_rounds: int = 0) -> list[tuple[int, Path]]:
+    """(step, folder) of every saved SFT checkpoint, by step; a ValueError when there is none.
+
+    With DAgger rounds (``sft.dagger_rounds``) the SFT is several runs in a row (``dagger``: ``round-0`` behaviour
+    cloning, ``round-r``, then the SFT checkpoint itself, each with its own ``.work``): a round's checkpoint-s stands
+    at the steps of the rounds before it plus s (the last step saved in each), so the curve runs on across rounds.
+    """
+    from ..dagger import dagger_root
+
+    final = paths.sft_checkpoint
+    runs = [dagger_root(final) / f"round-{r}" for r in range(dagger_rounds)] + [final]
+    found, offset = [], 0
+    for run in runs:
+        saved = step_folders(run.with_name(run.name + ".work"), must_hold="config.json")
+        found += [(offset + step, folder) for step, folder in saved]
+        offset += saved[-1][0] if saved else 0
     if not found:
-        raise ValueError(f"no SFT checkpoint under {work}: run the sft stage (sft.keep_checkpoints: 0 keeps every "
-                         "checkpoint-<step> it saves) before a learning curve")
+        raise ValueError(f"no SFT checkpoint under {final.name}.work in {final.parent}: run the sft stage "
+                         "(sft.keep_checkpoints: 0 keeps every checkpoint-<step> it saves) before a learning curve")
     return found
 
 
@@ -92,7 +104,7 @@ def learning_curve(cfg, panel: str, knowledge_factory: Callable, load_policy: Ca
     curve: dict[str, list[dict]] = {s: [] for s in systems}
     knowledge = {flat: knowledge_factory(flat) for flat in {SYSTEMS[s].flat for s in systems}}
     kept = reusable(done, panel, [t.task_id for t in tasks])
-    for step, ckpt in curve_checkpoints(ArtifactPaths.of(cfg)):
+    for step, ckpt in curve_checkpoints(ArtifactPaths.of(cfg), cfg.sft.dagger_rounds):
         if steps is not None and step not in steps and not any(k[0] == step for k in kept):
             continue  # neither played nor kept: its weights need no hashing
         weights, policy_of = weights_id(ckpt), functools.cache(functools.partial(load_policy, str(ckpt)))  # loaded once, if played

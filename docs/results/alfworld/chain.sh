@@ -4,7 +4,8 @@
 #   usage: docs/results/alfworld/chain.sh "YYYY-MM-DD HH:MM"     (the sitting's end; RUNS, PY: ../sitting.sh)
 # Stages: collect (3,553 teacher games, parts of 256), distill, sft (1,000 BC steps, then the DAgger round: 256
 # games, <= 700 steps), evaluate talent_sft (copied to alf_sft_eval: the primary criterion first), rl (talentrl,
-# flat_grpo), evaluate the other five systems. Artifacts in $RUNS/alf_d; markers $RUNS/alf_d.done.<stage>.
+# flat_grpo), evaluate the other five systems, the learning curve (100 valid_train games, $RUNS/alf_curve).
+# Artifacts in $RUNS/alf_d; markers $RUNS/alf_d.done.<stage>.
 source "$(dirname "$0")/../sitting.sh"
 sitting "$1" alf_d
 A="experiment=alfworld_dagger tracker.mode=disabled artifacts_dir=$R/alf_d sft.prompt_loss_weight=1.0"
@@ -15,4 +16,7 @@ stage eval_sft pipeline.run evaluate $A "eval.systems=[talent_sft]"
 [ -d $R/alf_sft_eval ] || cp -r $R/alf_d/eval $R/alf_sft_eval
 stage rl pipeline.run rl $A rl.max_minutes=$(( $(mins) - 4 ))
 stage eval_rest pipeline.run evaluate $A "eval.systems=[talentrl,flat_grpo,flat_skillbank,oracle_talent,random_talent]"
+# the learning curve (README, "The learning curve of the prompt-loss chain"): BC's steps, then the DAgger round's end
+stage curve pipeline.curve $A "eval.panels=[alfworld_valid_train]" eval.n_by_panel.alfworld_valid_train=100 \
+    --panel alfworld_valid_train --systems talent_sft --steps 250,500,750,1000,1511 --out $R/alf_curve
 log "chain done: python -m pipeline.merge_eval docs/results/alfworld/dagger $R/alf_sft_eval $R/alf_d/eval --rename 1 talent_sft dagger_talent_sft --pair talent_sft dagger_talent_sft --out <folder>"

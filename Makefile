@@ -52,9 +52,10 @@ repro: setup data
 cpu-full: setup
 	$(RUN) -m pipeline.demo experiment=cpu_full
 
-# WebShop (1,000 products, 500 test goals): same chain with experiment=webshop, also recorded in DVC.
+# WebShop (1,000 products, 500 test goals): same chain with experiment=webshop_prompt_loss (P5's settings; ~11 h on 2
+# cores, every stage resumes: docs/webshop.md), also recorded in DVC.
 webshop: setup data
-	$(RUN) -m pipeline.demo experiment=webshop
+	$(RUN) -m pipeline.demo experiment=webshop_prompt_loss
 
 # ALFWorld (3,553 train games, valid_seen / valid_unseen): same chain with experiment=alfworld_prompt_loss (~12 h on 2 cores;
 # every stage resumes, so re-running continues where a stop left it: docs/alfworld.md).

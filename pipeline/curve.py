@@ -10,8 +10,8 @@ panel: the curve sizes the run. Run it again into the same ``--out`` while SFT g
 unchanged are kept from the ``episodes.jsonl`` there, only new checkpoints are played; a point stopped midway keeps
 its finished chunks of 64 tasks (``<artifacts_dir>/curve.work``, removed once the curve is written). With DAgger
 rounds (``sft.dagger_rounds``) the curve runs on across them: behaviour cloning's steps, then each round's checkpoint
-at the steps before it plus its own (``experiment=alfworld_dagger``: BC's 1,000, then the round's 125 ... 511 at
-1,125 ... 1,511).
+at the steps before it plus its own (``experiment=alfworld_prompt_loss``: BC's 1,000, then the round's checkpoints
+up to 1,511, its routing warm-up's length included, which varies by run).
 """
 
 from __future__ import annotations

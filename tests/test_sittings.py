@@ -53,7 +53,8 @@ def test_a_runner_resumes_past_its_finished_stages(runner, tmp_path):
 
     done = run(runner, runs, 60)
     assert done.returncode == 0, done.stderr
-    assert calls(runs)[2:] == every[1:]  # the finished stage skipped, the rest run once
+    assert sorted(calls(runs)[2:]) == sorted(every[1:])  # the finished stage skipped, the rest run once (stages
+    # run together, chain.sh's two evaluations, call in either order)
     again = run(runner, runs, 60)
     assert again.returncode == 0 and len(calls(runs)) - len(every) - 1 <= 1  # at most p6's criterion read again
 

@@ -4,7 +4,7 @@
 #   usage: docs/results/alfworld/chain.sh "YYYY-MM-DD HH:MM"     (the sitting's end; RUNS, PY: ../sitting.sh)
 # Stages: collect (3,553 teacher games, parts of 256), distill, sft (1,000 BC steps, then the DAgger round: 256
 # games, <= 700 steps), evaluate talent_sft (copied to alf_sft_eval: the primary criterion first), rl (talentrl,
-# flat_grpo), evaluate the other five systems, the learning curve (100 valid_train games, $RUNS/alf_curve).
+# flat_grpo), evaluate the other five systems (two processes), the learning curve (100 valid_train games, $RUNS/alf_curve).
 # Artifacts in $RUNS/alf_d; markers $RUNS/alf_d.done.<stage>.
 source "$(dirname "$0")/../sitting.sh"
 sitting "$1" alf_d
@@ -15,8 +15,16 @@ stage sft pipeline.run sft $A sft.max_minutes=$(( $(mins) - 4 ))
 stage eval_sft pipeline.run evaluate $A "eval.systems=[talent_sft]"
 [ -d $R/alf_sft_eval ] || cp -r $R/alf_d/eval $R/alf_sft_eval
 stage rl pipeline.run rl $A rl.max_minutes=$(( $(mins) - 4 ))
-stage eval_rest pipeline.run evaluate $A "eval.systems=[talentrl,flat_grpo,flat_skillbank,oracle_talent,random_talent]"
+# the other five systems in two processes of one thread each (evaluation is bound by the Python and the games around
+# the model, so two processes use the 2 cores better than one process's two threads), the second in alf_d2, which
+# links alf_d's collected games, library and models; pipeline.merge_eval joins them
+mkdir -p $R/alf_d2
+for d in cache library models trajectories; do [ -e $R/alf_d2/$d ] || ln -s $R/alf_d/$d $R/alf_d2/$d; done
+( stage eval_a pipeline.run evaluate $A model.threads=1 "eval.systems=[talentrl,flat_grpo,oracle_talent]" ) &
+( stage eval_b pipeline.run evaluate ${A/alf_d /alf_d2 } model.threads=1 "eval.systems=[flat_skillbank,random_talent]" ) &
+wait
+done_ eval_a && done_ eval_b || exit 75
 # the learning curve (README, "The learning curve of the prompt-loss chain"): BC's steps, then the DAgger round's end
 stage curve pipeline.curve $A "eval.panels=[alfworld_valid_train]" eval.n_by_panel.alfworld_valid_train=100 \
     --panel alfworld_valid_train --systems talent_sft --steps 250,500,750,1000,1511 --out $R/alf_curve
-log "chain done: python -m pipeline.merge_eval docs/results/alfworld/dagger $R/alf_sft_eval $R/alf_d/eval --rename 1 talent_sft dagger_talent_sft --pair talent_sft dagger_talent_sft --out <folder>"
+log "chain done: python -m pipeline.merge_eval docs/results/alfworld/prompt-loss $R/alf_d/eval $R/alf_d2/eval --pair talentrl talent_sft --pair talentrl flat_grpo --out <folder>"

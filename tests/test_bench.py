@@ -43,6 +43,14 @@ def test_bench_rollout_prints_the_ratio(tmp_path, shared_data, session_cache):
     assert "textworld  ratio" in stdout
 
 
+def test_bench_eval_procs_evaluates_both_ways_on_the_same_tasks(tmp_path, shared_data):
+    """Floors need no trained run: the bench's two ways play the same episodes (a random command is seeded by task)."""
+    stdout = _run("bench_eval_procs.py", "--artifacts", str(tmp_path), "--systems", "random_action,strategy:eastfirst",
+                  "--n", "2", tmp_path=tmp_path)
+    assert "the baseline's speed" in stdout and "same outcome both ways: 4 of 4" in stdout
+    assert "skipped: no finished run" in _run("bench_eval_procs.py", "--artifacts", str(tmp_path), tmp_path=tmp_path)
+
+
 def test_bench_retrieval_prints_the_speedup(tmp_path):
     stdout = _run("bench_retrieval.py", "--sizes", "2000", "--queries", "5", "--flat-queries", "2", tmp_path=tmp_path)
     assert "speed-up" in stdout

@@ -15,10 +15,9 @@ stage sft pipeline.run sft $A sft.max_minutes=$(( $(mins) - 4 ))
 stage eval_sft pipeline.run evaluate $A "eval.systems=[talent_sft]"
 [ -d $R/alf_sft_eval ] || cp -r $R/alf_d/eval $R/alf_sft_eval
 stage rl pipeline.run rl $A rl.max_minutes=$(( $(mins) - 4 ))
-# the other five systems in two processes of one thread each, as WebShop's evaluations ran (evaluation is bound as much
-# by the Python and the games around the model as by its FLOPs, docs/performance.md; the speed-up is not measured
-# here: each system's seconds are in metrics.json's perf), the second in alf_d2, which links alf_d's collected games,
-# library and models; pipeline.merge_eval joins them
+# the other five systems in two processes of one thread each, as WebShop's evaluations ran (1.13x one process of two
+# threads, bench/bench_eval_procs.py on 16 of these games: docs/performance.md), the second in alf_d2, which links
+# alf_d's collected games, library and models; pipeline.merge_eval joins them
 mkdir -p $R/alf_d2
 for d in cache library models trajectories; do [ -e $R/alf_d2/$d ] || ln -s $R/alf_d/$d $R/alf_d2/$d; done
 ( stage eval_a pipeline.run evaluate $A model.threads=1 "eval.systems=[talentrl,flat_grpo,oracle_talent]" ) &

@@ -4,7 +4,8 @@
 #   usage: docs/results/alfworld/chain.sh "YYYY-MM-DD HH:MM"     (the sitting's end; RUNS, PY: ../sitting.sh)
 # Stages: collect (3,553 teacher games, parts of 256), distill, sft (1,000 BC steps, then the DAgger round: 256
 # games, <= 700 steps), evaluate talent_sft (copied to alf_sft_eval: the primary criterion first), rl (talentrl,
-# flat_grpo), evaluate the other five systems (two processes), the learning curve (100 valid_train games, $RUNS/alf_curve).
+# flat_grpo), evaluate the other five systems (two processes), the learning curve (100 valid_train games,
+# $RUNS/alf_curve) in the second process once its systems are done.
 # Artifacts in $RUNS/alf_d; markers $RUNS/alf_d.done.<stage>.
 source "$(dirname "$0")/../sitting.sh"
 sitting "$1" alf_d
@@ -17,14 +18,16 @@ stage eval_sft pipeline.run evaluate $A "eval.systems=[talent_sft]"
 stage rl pipeline.run rl $A rl.max_minutes=$(( $(mins) - 4 ))
 # the other five systems in two processes of one thread each, as WebShop's evaluations ran (1.13x one process of two
 # threads, bench/bench_eval_procs.py on 16 of these games: docs/performance.md), the second in alf_d2, which links
-# alf_d's collected games, library and models; pipeline.merge_eval joins them
+# alf_d's collected games, library and models; pipeline.merge_eval joins them. The second process has the lighter
+# share (two systems), so the learning curve (README, "The learning curve of the prompt-loss chain": BC's steps, then
+# the DAgger round's end) follows it on the same core, beside the first process's last systems.
 mkdir -p $R/alf_d2
 for d in cache library models trajectories; do [ -e $R/alf_d2/$d ] || ln -s $R/alf_d/$d $R/alf_d2/$d; done
 ( stage eval_a pipeline.run evaluate $A model.threads=1 "eval.systems=[talentrl,flat_grpo,oracle_talent]" ) &
-( stage eval_b pipeline.run evaluate ${A/alf_d /alf_d2 } model.threads=1 "eval.systems=[flat_skillbank,random_talent]" ) &
+( stage eval_b pipeline.run evaluate ${A/alf_d /alf_d2 } model.threads=1 "eval.systems=[flat_skillbank,random_talent]" \
+  && stage curve pipeline.curve $A model.threads=1 "eval.panels=[alfworld_valid_train]" \
+    eval.n_by_panel.alfworld_valid_train=100 --panel alfworld_valid_train --systems talent_sft \
+    --steps 250,500,750,1000,1511 --out $R/alf_curve ) &
 wait
-done_ eval_a && done_ eval_b || exit 75
-# the learning curve (README, "The learning curve of the prompt-loss chain"): BC's steps, then the DAgger round's end
-stage curve pipeline.curve $A "eval.panels=[alfworld_valid_train]" eval.n_by_panel.alfworld_valid_train=100 \
-    --panel alfworld_valid_train --systems talent_sft --steps 250,500,750,1000,1511 --out $R/alf_curve
+done_ eval_a && done_ eval_b && done_ curve || exit 75
 log "chain done: python -m pipeline.merge_eval docs/results/alfworld/prompt-loss $R/alf_d/eval $R/alf_d2/eval --pair talentrl talent_sft --pair talentrl flat_grpo --out <folder>"

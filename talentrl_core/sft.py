@@ -21,7 +21,7 @@ from .io import disk_full_named, write_json
 from .preemption import stop_signals
 from .sft_data import (SFTData, assistant_mask_by_prefix, build_sft_data, check_cut, execution_samples,  # noqa: F401
                        forced, rendered_flat, routing_label, step_observations, tokenize_sample)
-from .workdir import say
+from .workdir import say, work_dir
 
 
 def length_sorted_order(lengths: Sequence[int], per_step: int, steps: int, seed: int,
@@ -226,7 +226,7 @@ def sft_job(base_model: str, data: SFTData, cfg: SFTConfig, model_cfg: ModelConf
 def prepare_work_dir(out_dir: Path, job: dict, keep_previous: int = 1) -> Path:
     """``<out_dir>.work``, kept for resume when an interrupted run of *this* job left it; another job's folder is
     moved aside; staging folders of a checkpoint write that never finished are removed (``checkpoints.claim_work_dir``)."""
-    work = out_dir.with_name(out_dir.name + ".work")
+    work = work_dir(out_dir)
     claim_work_dir(work, job, keep_previous, "sft", lambda w: any(w.glob("checkpoint-*")), f"{STAGING}*", out_dir)
     return work
 

@@ -22,6 +22,15 @@ JOB_FILE = "talentrl_job.json"
 _MISSING = "<unset>"
 
 
+def work_dir(folder: Path) -> Path:
+    """Where a resumable stage keeps what it resumes from until ``folder`` is written whole: ``<folder>.work`` beside it.
+
+    >>> work_dir(Path("models/sft")).as_posix()
+    'models/sft.work'
+    """
+    return folder.with_name(folder.name + ".work")
+
+
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """``{"sft": {"lr": 1}}`` → ``{"sft.lr": 1}`` (lists and scalars are leaves).
 

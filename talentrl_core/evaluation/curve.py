@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 
 from ..checkpoints import model_digest, step_folders
 from ..paths import ArtifactPaths
+from ..workdir import work_dir
 from ..rollout import EpisodeSpec, NoKnowledge, run_episodes
 from ..systems import SYSTEMS
 from .resume import CHUNK, ChunkCache, chunk_key
@@ -45,7 +46,7 @@ def curve_checkpoints(paths: ArtifactPaths, dagger_rounds: int = 0) -> list[tupl
     runs = [dagger_root(final) / f"round-{r}" for r in range(dagger_rounds)] + [final]
     found, offset = [], 0
     for run in runs:
-        saved = step_folders(run.with_name(run.name + ".work"), must_hold="config.json")
+        saved = step_folders(work_dir(run), must_hold="config.json")
         found += [(offset + step, folder) for step, folder in saved]
         offset += saved[-1][0] if saved else 0
     if not found:

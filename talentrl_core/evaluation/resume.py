@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..io import read_json, write_json
+from ..workdir import work_dir
 
 CHUNK = 64
 "Tasks per chunk: what a killed evaluation can lose at most, per process (a multiple of the rollout batch, 16)."
@@ -41,7 +42,7 @@ class ChunkCache:
     """Finished evaluation chunks under ``<eval>.work`` (see the module docstring)."""
 
     def __init__(self, eval_dir: str | Path):
-        self.root = Path(eval_dir).with_name(Path(eval_dir).name + ".work")
+        self.root = work_dir(Path(eval_dir))
         self.read = 0
         "Chunks taken from the cache in this run."
 

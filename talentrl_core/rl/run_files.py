@@ -17,7 +17,7 @@ import torch
 from ..checkpoints import claim_work_dir, commit_staged, newest_sound, step_folders, write_final
 from ..io import disk_full_named, read_json, write_json
 from ..preemption import budget_spent, stop_reason
-from ..workdir import holds_job, record_job, say
+from ..workdir import holds_job, record_job, say, work_dir
 
 META_FILE = "talentrl_meta.json"
 STATE_FILE = "trainer_state.json"
@@ -28,7 +28,7 @@ class RunFiles:
 
     def __init__(self, acc, out_dir: Path, stage: str, keep_previous: int, keep_checkpoints: int):
         self.acc, self.out_dir, self.stage = acc, Path(out_dir), stage
-        self.work_dir = self.out_dir.with_name(self.out_dir.name + ".work")
+        self.work_dir = work_dir(self.out_dir)
         self.keep_previous, self.keep_checkpoints = keep_previous, keep_checkpoints
 
     def checkpoints(self) -> list[tuple[int, Path]]:

@@ -70,3 +70,17 @@ def test_the_budget_given_to_a_stage_is_the_sittings_minutes_less_four(tmp_path)
     (sft,) = [c for c in calls(tmp_path) if c.split()[1:3] == ["pipeline.run", "sft"]]
     budget = int(sft.split("sft.max_minutes=")[1].split()[0])
     assert 24 <= budget <= 26
+
+
+def test_a_second_sitting_of_a_running_runner_starts_nothing(tmp_path):
+    """Sittings outlive the session that started them: a second call while one runs (here: its lock held) exits 3
+    with the lock's path named, and calls no stage."""
+    import fcntl
+
+    lock = tmp_path / "alf_d.lock"
+    with open(lock, "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # as a running sitting holds it (flock(1) on fd 9)
+        second = run("docs/results/alfworld/chain.sh", tmp_path, 60)
+    assert second.returncode == 3 and str(lock) in second.stderr
+    assert calls(tmp_path) == []
+    assert run("docs/results/alfworld/chain.sh", tmp_path, 60).returncode == 0  # the lock released: it runs

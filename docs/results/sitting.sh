@@ -7,6 +7,7 @@
 #   PY    the venv's python (default .venv/bin/python of this checkout). The runner runs the code of the checkout
 #         holding it: start it from a clone of its own, so that edits elsewhere do not reach a running stage.
 #   BUDGET_MIN  a stage needs this many minutes left to start (default 6: a budget of `left - 4` stays positive)
+# A second sitting of the same runner while one runs exits 3 at once ($R/<name>.lock), touching nothing.
 
 sitting() {
   END=$(date -d "$1" +%s) || exit 2
@@ -20,6 +21,10 @@ sitting() {
   done
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
   mkdir -p "$R"
+  # one sitting of a runner at a time: a sitting outlives the session that started it, and two would write the same
+  # folders. The lock is held on fd 9, which every stage inherits, so it holds while any stage of this sitting runs.
+  exec 9>>"$R/$NAME.lock"
+  flock -n 9 || { echo "another sitting of $NAME is running (it holds $R/$NAME.lock; ps -eo pid,cmd | grep $NAME): not started" >&2; exit 3; }
 }
 
 mins() { echo $(( (END - $(date +%s)) / 60 )); }  # minutes left in the sitting

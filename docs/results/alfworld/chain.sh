@@ -5,7 +5,7 @@
 # Stages: collect (3,553 teacher games, parts of 256), distill, sft (1,000 BC steps, then the DAgger round: 256
 # games, <= 700 steps), evaluate talent_sft (copied to alf_sft_eval: the primary criterion first), rl (talentrl,
 # flat_grpo), evaluate the other five systems (two processes), the learning curve (100 valid_train games,
-# $RUNS/alf_curve) in the second process once its systems are done.
+# $RUNS/alf_curve) in the second process once its systems are done; their merge with the committed runs ($RUNS/alf_seven).
 # Artifacts in $RUNS/alf_d; markers $RUNS/alf_d.done.<stage>.
 source "$(dirname "$0")/../sitting.sh"
 sitting "$1" alf_d
@@ -30,4 +30,8 @@ for d in cache library models trajectories; do [ -e $R/alf_d2/$d ] || ln -s $R/a
     --steps 250,500,750,1000,1511 --out $R/alf_curve ) &
 wait
 done_ eval_a && done_ eval_b && done_ curve || exit 75
-log "chain done: python -m pipeline.merge_eval docs/results/alfworld/prompt-loss $R/alf_d/eval $R/alf_d2/eval --pair talentrl talent_sft --pair talentrl flat_grpo --out <folder>"
+# the seven systems beside the floors, BC and the earlier DAgger model on the same games (the committed prompt-loss
+# folder), every statistic recomputed from the merged episodes; talentrl vs talent_sft and vs flat_grpo are default pairs
+stage merge pipeline.merge_eval docs/results/alfworld/prompt-loss $R/alf_d/eval $R/alf_d2/eval \
+    --pair talent_sft dagger_talent_sft --pair talent_sft bc_talent_sft --out $R/alf_seven
+log "chain done: the seven systems in $R/alf_seven, the curve in $R/alf_curve"

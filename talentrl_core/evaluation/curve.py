@@ -23,9 +23,9 @@ from typing import Callable, Sequence
 
 from ..checkpoints import model_digest, step_folders
 from ..paths import ArtifactPaths
-from ..workdir import work_dir
 from ..rollout import EpisodeSpec, NoKnowledge, run_episodes
 from ..systems import SYSTEMS
+from ..workdir import work_dir
 from .resume import CHUNK, ChunkCache, chunk_key
 from .stats import bootstrap_ci, wilson_ci
 

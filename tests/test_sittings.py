@@ -6,6 +6,7 @@ venv's python that records each call and exits as told."""
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import os
 import subprocess
 from pathlib import Path
@@ -73,10 +74,8 @@ def test_the_budget_given_to_a_stage_is_the_sittings_minutes_less_four(tmp_path)
 
 
 def test_a_second_sitting_of_a_running_runner_starts_nothing(tmp_path):
-    """Sittings outlive the session that started them: a second call while one runs (here: its lock held) exits 3
+    """A sitting started under nohup outlives its shell: a second call while one runs (here: its lock held) exits 3
     with the lock's path named, and calls no stage."""
-    import fcntl
-
     lock = tmp_path / "alf_d.lock"
     with open(lock, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)  # as a running sitting holds it (flock(1) on fd 9)

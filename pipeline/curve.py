@@ -8,7 +8,8 @@ Writes ``episodes.jsonl`` (one row per step × system × task) and ``metrics.jso
 interval and score with its bootstrap 95% interval per step) into ``--out``. Use a held-out split, never the test
 panel: the curve sizes the run. Run it again into the same ``--out`` while SFT goes on: points whose checkpoint is
 unchanged are kept from the ``episodes.jsonl`` there, only new checkpoints are played; a point stopped midway keeps
-its finished chunks of 64 tasks (``<artifacts_dir>/curve.work``, removed once the curve is written). With DAgger
+its finished chunks of 64 tasks (``<artifacts_dir>/curve.work``; a point's chunks are removed once the curve that
+holds it is written, so two calls for other steps can run side by side on the same artifacts). With DAgger
 rounds (``sft.dagger_rounds``) the curve runs on across them: behaviour cloning's steps, then each round's checkpoint
 at the steps before it plus its own (``experiment=alfworld_prompt_loss``: BC's 1,000, then the round's checkpoints
 up to 1,511, its routing warm-up's length included, which varies by run).
@@ -33,8 +34,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         p.add_argument("--steps", type=steps_arg, default=None,
                        help="comma-separated checkpoint steps to play (default: every saved one); kept points of others stay")
 
-    return run_diagnostic("python -m pipeline.curve", __doc__, add_args, curve, argv,
-                          after=lambda cfg, args: point_chunks(cfg).clear())
+    return run_diagnostic("python -m pipeline.curve", __doc__, add_args, curve, argv, after=drop_written_points)
 
 
 def point_chunks(cfg):
@@ -43,6 +43,14 @@ def point_chunks(cfg):
     from talentrl_core.paths import ArtifactPaths
 
     return ChunkCache(ArtifactPaths.of(cfg).root / "curve")
+
+
+def drop_written_points(cfg, args) -> None:
+    """Once ``--out`` holds the curve, remove the kept chunks of its points, and only those: a second curve call on
+    the same artifacts (other steps, into another ``--out``) keeps the chunks it has not written yet."""
+    cache, rows = point_chunks(cfg), earlier_rows(args.out / "episodes.jsonl")
+    for panel, name in sorted({(r["panel"], f"{r['system']}-step{r['step']}") for r in rows}):
+        cache.drop(panel, name)
 
 
 def curve(cfg, args):

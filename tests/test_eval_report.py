@@ -432,6 +432,32 @@ def test_a_curve_point_stopped_midway_plays_only_its_unfinished_chunks_again(tmp
     assert [len(p) for p in played] == [1] and rows[:2] == first[0] and metrics["curve"]["zero_shot"][0]["n"] == 3
 
 
+def test_a_written_curve_removes_the_chunks_of_its_own_points_only(tmp_path):
+    """Two curve calls on the same artifacts, for other steps, into other ``--out`` folders: the first to finish
+    removes its points' kept chunks, never the other's (which that call still needs to resume)."""
+    import argparse
+
+    from pipeline.config import load_config
+    from pipeline.curve import drop_written_points, point_chunks
+
+    cfg = load_config(["env=qa", f"artifacts_dir={tmp_path}"])
+    cache = point_chunks(cfg)
+    for step in (250, 1000):
+        for start in (0, 64):
+            cache.put("alfworld_valid_train", f"talent_sft-step{step}", 0, start, "k", [{"step": step}], {})
+    out = tmp_path / "help"
+    out.mkdir()
+    row = {"panel": "alfworld_valid_train", "system": "talent_sft", "step": 1000, "task_id": "t"}
+    (out / "episodes.jsonl").write_text(json.dumps(row) + "\n")
+    drop_written_points(cfg, argparse.Namespace(out=out))
+    kept = sorted(p.relative_to(cache.root).as_posix() for p in cache.root.rglob("*.json"))
+    assert kept == ["alfworld_valid_train/talent_sft-step250/k0-000000.json",
+                    "alfworld_valid_train/talent_sft-step250/k0-000064.json"]
+    (out / "episodes.jsonl").write_text(json.dumps({**row, "step": 250}) + "\n")
+    drop_written_points(cfg, argparse.Namespace(out=out))
+    assert not cache.root.exists()  # the last point's chunks gone, the folder with them
+
+
 def test_a_learning_curve_resumes_and_replays_only_changed_checkpoints(tmp_path, shared_data):
     """A second call into the same rows keeps every point whose checkpoint is unchanged and plays the rest: a new
     checkpoint, and one whose weights changed under the same step (a rerun SFT), never the stale rows."""

@@ -70,6 +70,15 @@ class ChunkCache:
     def clear(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)
 
+    def drop(self, panel: str, system: str) -> None:
+        """Remove one (panel, system)'s chunks, and the folders left empty; another's stay (a call running beside
+        this one on the same folder may still need them)."""
+        folder = self._path(panel, system, 0, 0).parent
+        shutil.rmtree(folder, ignore_errors=True)
+        for empty in (folder.parent, self.root):
+            if empty.is_dir() and not any(empty.iterdir()):
+                empty.rmdir()
+
 
 def add_perf(total: Optional[dict], part: dict) -> dict:
     """Costs of two runs of a system summed (seconds, steps, tokens).

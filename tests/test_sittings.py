@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import fcntl
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -36,26 +37,33 @@ def calls(runs: Path) -> list[str]:
     return path.read_text().replace(str(runs), "$RUNS").splitlines() if path.exists() else []
 
 
+def unbudgeted(cs: list[str]) -> list[str]:
+    """Calls with their minutes' budgets masked: a run that crosses a minute boundary gives its later stages one
+    minute less, which is not what these tests read."""
+    return [re.sub(r"max_minutes=\d+", "max_minutes=M", c) for c in cs]
+
+
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_runner_resumes_past_its_finished_stages(runner, tmp_path):
     whole = tmp_path / "whole"
     whole.mkdir()
     assert run(runner, whole, 60).returncode == 0
-    every = calls(whole)  # each stage's call, in order
+    every = unbudgeted(calls(whole))  # each stage's call, in order
     assert len(every) >= 4 and len(set(every)) == len(every)
 
     runs = tmp_path / "sittings"
     runs.mkdir()
-    paused = run(runner, runs, 60, fail_on=every[1].replace("$RUNS", str(runs)))  # the second stage pauses (exit 75)
+    second = every[1].split("max_minutes=")[0].replace("$RUNS", str(runs))  # up to its budget, if it has one
+    paused = run(runner, runs, 60, fail_on=second)  # the second stage pauses (exit 75)
     assert paused.returncode == 75, paused.stderr
-    assert calls(runs) == every[:2]
+    assert unbudgeted(calls(runs)) == every[:2]
     assert len(list(runs.glob("*.done.*"))) == 1  # the paused stage wrote no marker
     assert "rc=75" in next(runs.glob("*.log")).read_text()
 
     done = run(runner, runs, 60)
     assert done.returncode == 0, done.stderr
-    assert sorted(calls(runs)[2:]) == sorted(every[1:])  # the finished stage skipped, the rest run once (stages
-    # run together, chain.sh's two evaluations, call in either order)
+    # the finished stage skipped, the rest run once (stages run together, chain.sh's two evaluations, in either order)
+    assert sorted(unbudgeted(calls(runs))[2:]) == sorted(every[1:])
     again = run(runner, runs, 60)
     assert again.returncode == 0 and len(calls(runs)) - len(every) - 1 <= 1  # at most p6's criterion read again
 

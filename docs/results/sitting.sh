@@ -22,7 +22,8 @@ sitting() {
   export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE=offline TOKENIZERS_PARALLELISM=false
   mkdir -p "$R"
   # one sitting of a runner at a time: a sitting started under nohup outlives the shell that started it, and two
-  # would write the same folders. The lock is held on fd 9, which every stage inherits, so it holds while any stage of this sitting runs.
+  # would write the same folders. The lock is held on fd 9, which every stage inherits, so it holds while any stage
+  # of this sitting runs.
   exec 9>>"$R/$NAME.lock"
   flock -n 9 || { echo "another sitting of $NAME is running (it holds $R/$NAME.lock; ps -eo pid,cmd | grep $NAME): not started" >&2; exit 3; }
 }

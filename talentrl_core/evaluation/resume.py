@@ -11,6 +11,7 @@ own files are written.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
@@ -75,9 +76,9 @@ class ChunkCache:
         this one on the same folder may still need them)."""
         folder = self._path(panel, system, 0, 0).parent
         shutil.rmtree(folder, ignore_errors=True)
-        for empty in (folder.parent, self.root):
-            if empty.is_dir() and not any(empty.iterdir()):
-                empty.rmdir()
+        for parent in (folder.parent, self.root):
+            with contextlib.suppress(OSError):  # removed only when empty: other chunks, or a call writing one, keep it
+                parent.rmdir()
 
 
 def add_perf(total: Optional[dict], part: dict) -> dict:

@@ -45,10 +45,10 @@ def point_chunks(cfg):
     return ChunkCache(ArtifactPaths.of(cfg).root / "curve")
 
 
-def drop_written_points(cfg, args) -> None:
-    """Once ``--out`` holds the curve, remove the kept chunks of its points, and only those: a second curve call on
-    the same artifacts (other steps, into another ``--out``) keeps the chunks it has not written yet."""
-    cache, rows = point_chunks(cfg), earlier_rows(args.out / "episodes.jsonl")
+def drop_written_points(cfg, args, rows) -> None:
+    """Once ``--out`` holds the curve's ``rows``, remove the kept chunks of its points, and only those: a second
+    curve call on the same artifacts (other steps, into another ``--out``) keeps the chunks it has not written yet."""
+    cache = point_chunks(cfg)
     for panel, name in sorted({(r["panel"], f"{r['system']}-step{r['step']}") for r in rows}):
         cache.drop(panel, name)
 

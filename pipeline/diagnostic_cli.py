@@ -12,8 +12,8 @@ from typing import Callable, Sequence
 
 def run_diagnostic(prog: str, doc: str, add_args: Callable[[argparse.ArgumentParser], None], body: Callable,
                    argv: Sequence[str] | None, rows_name: str = "episodes.jsonl", after: Callable | None = None) -> int:
-    """Parse, compose the config, ``rows, metrics = body(cfg, args)``, write both, then ``after(cfg, args)`` (what
-    may go once the files are written); the exit status."""
+    """Parse, compose the config, ``rows, metrics = body(cfg, args)``, write both, then ``after(cfg, args, rows)``
+    (what may go once the files are written); the exit status."""
     from pipeline.config import ConfigError, load_config, refuse
     from talentrl_core.io import write_json, write_text
 
@@ -30,6 +30,6 @@ def run_diagnostic(prog: str, doc: str, add_args: Callable[[argparse.ArgumentPar
     write_text(args.out / rows_name, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     write_json(args.out / "metrics.json", metrics)
     if after is not None:
-        after(cfg, args)
+        after(cfg, args, rows)
     print(json.dumps(metrics, indent=2))
     return 0

@@ -434,9 +434,7 @@ def test_a_curve_point_stopped_midway_plays_only_its_unfinished_chunks_again(tmp
 
 def test_a_written_curve_removes_the_chunks_of_its_own_points_only(tmp_path):
     """Two curve calls on the same artifacts, for other steps, into other ``--out`` folders: the first to finish
-    removes its points' kept chunks, never the other's (which that call still needs to resume)."""
-    import argparse
-
+    removes the kept chunks of the points it wrote, never the other's (which that call still needs to resume)."""
     from pipeline.config import load_config
     from pipeline.curve import drop_written_points, point_chunks
 
@@ -445,16 +443,12 @@ def test_a_written_curve_removes_the_chunks_of_its_own_points_only(tmp_path):
     for step in (250, 1000):
         for start in (0, 64):
             cache.put("alfworld_valid_train", f"talent_sft-step{step}", 0, start, "k", [{"step": step}], {})
-    out = tmp_path / "help"
-    out.mkdir()
     row = {"panel": "alfworld_valid_train", "system": "talent_sft", "step": 1000, "task_id": "t"}
-    (out / "episodes.jsonl").write_text(json.dumps(row) + "\n")
-    drop_written_points(cfg, argparse.Namespace(out=out))
+    drop_written_points(cfg, None, [row])
     kept = sorted(p.relative_to(cache.root).as_posix() for p in cache.root.rglob("*.json"))
     assert kept == ["alfworld_valid_train/talent_sft-step250/k0-000000.json",
                     "alfworld_valid_train/talent_sft-step250/k0-000064.json"]
-    (out / "episodes.jsonl").write_text(json.dumps({**row, "step": 250}) + "\n")
-    drop_written_points(cfg, argparse.Namespace(out=out))
+    drop_written_points(cfg, None, [{**row, "step": 250}])
     assert not cache.root.exists()  # the last point's chunks gone, the folder with them
 
 

@@ -6,7 +6,8 @@ whose episodes are gzipped), then
 
 Two runs of one system (a model before and after a change, both named ``talent_sft``) merge once one is renamed:
 ``--rename 2 talent_sft talent_sft_dagger`` renames the system in the second run; ``--pair A B`` (repeatable) adds the
-paired comparison A vs B to the report's table.
+paired comparison A vs B to the report's table. ``--only 1 a,b`` takes just the systems a and b of the first run
+(a committed folder that holds more than the merge needs: the rest is run again).
 
 Every statistic is recomputed from the merged ``episodes.jsonl`` (``evaluation.build_metrics``, the same code the
 evaluate stage runs); the runs' timings, library versions and strategy matrices are carried over. Refused: a system
@@ -25,10 +26,11 @@ from pipeline.errors import named_errors
 
 
 def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0, rename: Mapping[int, Mapping[str, str]] | None = None,
-          pairs: Sequence[tuple[str, str]] = ()) -> tuple[list[dict], dict]:
+          pairs: Sequence[tuple[str, str]] = (), only: Mapping[int, Sequence[str]] | None = None) -> tuple[list[dict], dict]:
     """(merged episode rows, metrics) of evaluation folders holding ``episodes.jsonl`` and ``metrics.json``;
     ``ci`` and ``seed`` as the runs' ``eval.ci`` and ``eval.seed``; ``rename``: run index (0-based) → {old system
-    name: new}; ``pairs``: paired comparisons beyond the default ones."""
+    name: new}; ``pairs``: paired comparisons beyond the default ones; ``only``: run index → the systems taken from it
+    (before renaming; the others left out)."""
     from talentrl_core.evaluation.metrics import EpisodeResult, build_metrics
     from talentrl_core.evaluation.talent_effect import talent_metrics
 
@@ -36,6 +38,13 @@ def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0, rename: Mappi
     for i, run in enumerate(runs):
         got = episode_rows(run)
         meta = json.loads((run / "metrics.json").read_text())
+        if i in (only or {}):
+            keep = set(only[i])
+            if missing := sorted(keep - {r["system"] for r in got}):
+                raise ValueError(f"--only: {run} has no system {', '.join(missing)}")
+            got = [r for r in got if r["system"] in keep]
+            for key in ("perf", "library_versions", "skipped_systems"):
+                meta[key] = {s: v for s, v in (meta.get(key) or {}).items() if s in keep}
         names = dict((rename or {}).get(i, {}))
         if missing := sorted(set(names) - {r["system"] for r in got}):
             raise ValueError(f"--rename: {run} has no system {', '.join(missing)}")
@@ -97,15 +106,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0, help="the runs' eval.seed")
     p.add_argument("--rename", nargs=3, action="append", default=[], metavar=("RUN", "SYSTEM", "NEW"),
                    help="rename SYSTEM of the RUN-th run (1-based) to NEW; repeatable")
+    p.add_argument("--only", nargs=2, action="append", default=[], metavar=("RUN", "SYSTEMS"),
+                   help="take only SYSTEMS (comma-separated) of the RUN-th run (1-based); repeatable")
     p.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"),
                    help="also compare A vs B on the same tasks (exact McNemar); repeatable")
     args = p.parse_args(argv)
+
+    def position(flag: str, k: str) -> int:  # RUN, 1-based on the command line, 0-based for merge()
+        if not k.isdigit() or not 1 <= int(k) <= len(args.runs):
+            p.error(f"{flag} {k}: RUN is a run's position, 1 to {len(args.runs)}")
+        return int(k) - 1
+
     rename: dict[int, dict[str, str]] = {}
     for k, old, new in args.rename:
-        if not k.isdigit() or not 1 <= int(k) <= len(args.runs):
-            p.error(f"--rename {k}: RUN is a run's position, 1 to {len(args.runs)}")
-        rename.setdefault(int(k) - 1, {})[old] = new
-    rows, metrics = merge(args.runs, args.ci, args.seed, rename, [tuple(x) for x in args.pair])
+        rename.setdefault(position("--rename", k), {})[old] = new
+    only: dict[int, list[str]] = {}
+    for k, names in args.only:
+        only.setdefault(position("--only", k), []).extend(n for n in names.split(",") if n)
+    rows, metrics = merge(args.runs, args.ci, args.seed, rename, [tuple(x) for x in args.pair], only)
     write_report(metrics, args.out, confusion=routing_confusion(rows))
     write_text(args.out / "episodes.jsonl", "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
     print(json.dumps({s: {p: round(b["success"], 3) for p, b in panels.items()} for s, panels in metrics["systems"].items()}))

@@ -445,6 +445,14 @@ def test_evaluations_of_disjoint_systems_merge_into_the_single_run(shared_data, 
         merge([a, b], rename={0: {"nope": "x"}})
     with pytest.raises(ValueError, match="no run has x; the systems: random_action"):
         merge([a, b], pairs=[("x", "random_action")])
+    # a folder holding more than the merge needs: only the systems named are taken from it, the rest left out
+    rows, some = merge([a, b, b], only={2: ["strategy:rule_options"]}, rename={2: {"strategy:rule_options": "again"}})
+    assert sorted(some["systems"]) == ["again", "random_action", "strategy:rule_first", "strategy:rule_options"]
+    assert len(rows) == 40 and set(some["perf"]) <= set(some["systems"])
+    rows, fewer = merge([a, b], only={0: ["random_action"]})
+    assert sorted(fewer["systems"]) == ["random_action", "strategy:rule_options"] and len(rows) == 20
+    with pytest.raises(ValueError, match="--only: .* has no system nope"):
+        merge([a], only={0: ["nope"]})
     # a committed results folder (episodes gzipped, as docs/results stores them) merges as its run did
     packed = tmp_path / "committed"
     packed.mkdir()

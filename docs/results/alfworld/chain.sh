@@ -30,8 +30,10 @@ for d in cache library models trajectories; do [ -e $R/alf_d2/$d ] || ln -s $R/a
     --steps 250,500,750,1000,1511 --out $R/alf_curve ) &
 wait
 done_ eval_a && done_ eval_b && done_ curve || exit 75
-# the seven systems beside the floors, BC and the earlier DAgger model on the same games (the committed prompt-loss
-# folder), every statistic recomputed from the merged episodes; talentrl vs talent_sft and vs flat_grpo are default pairs
-stage merge pipeline.merge_eval docs/results/alfworld/prompt-loss $R/alf_d/eval $R/alf_d2/eval \
+# the seven systems beside the floors, BC and the earlier DAgger model on the same games (committed in seven-systems/,
+# taken from it with --only; as the pruned prompt-loss/ folder held them), every statistic recomputed from the merged
+# episodes; talentrl vs talent_sft and vs flat_grpo are default pairs
+stage merge pipeline.merge_eval docs/results/alfworld/seven-systems $R/alf_d/eval $R/alf_d2/eval \
+    --only 1 random_action,strategy:surfaces-first,zero_shot,bc_talent_sft,dagger_talent_sft,talent_sft \
     --pair talent_sft dagger_talent_sft --pair talent_sft bc_talent_sft --out $R/alf_seven
 log "chain done: the seven systems in $R/alf_seven, the curve in $R/alf_curve"

@@ -381,6 +381,38 @@ def test_teacher_forced_accuracy_counts_each_decision(choice_family):
     assert [steps[i] for i in range(len(tasks))] == [list(range(len(a))) for a in out["teacher"][0]]
 
 
+def test_option_rows_split_by_group_and_recompute_from_records(choice_family, tmp_path, capsys):
+    """The option row is split by the group each click sets, named as the instruction names it (the teacher only
+    clicks values the instruction names, so never ``other``); ``pipeline.decisions --records`` recomputes the same
+    table from a gzipped records file without a model, and a corrupt one is named."""
+    from pipeline.decisions import main
+    from talentrl_core.envs.webshop.spec import SPEC, action_template
+    from talentrl_core.evaluation.decisions import TeacherForced, accuracy_table
+    from talentrl_core.policies import RandomPolicy
+    from talentrl_core.rollout import EpisodeSpec, NoKnowledge, RolloutSettings, run_episodes
+
+    wrapper = TeacherForced(RandomPolicy(0), "rank_order", action_template)
+    run_episodes(choice_family.make, [EpisodeSpec(t, seed=i) for i, t in enumerate(choice_family.tasks("test")[:12])],
+                 wrapper, RolloutSettings(max_steps=15), NoKnowledge(), 4, False)
+    table = accuracy_table(wrapper.records, SPEC.decision_detail)
+    groups = {k: v for k, v in table.items() if k.startswith("click[{option}] ")}
+    assert groups and "click[{option}] other" not in groups
+    assert sum(v["n"] for v in groups.values()) == table["click[{option}]"]["n"]
+    assert sum(v["correct"] for v in groups.values()) == table["click[{option}]"]["correct"]
+
+    with gzip.open(tmp_path / "records.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r) + "\n" for r in wrapper.records)
+    (tmp_path / "metrics.json").write_text(json.dumps({"checkpoint": "c", "teacher": "rank_order",
+                                                       "decisions": {"teacher_success": 0.5}}))
+    assert main(["--panel", "webshop", "--records", str(tmp_path / "records.jsonl.gz"), "--out", str(tmp_path / "o")]) == 0
+    got = json.loads((tmp_path / "o" / "metrics.json").read_text())
+    assert got["decisions"] == {**table, "teacher_success": 0.5} and got["checkpoint"] == "c"
+    (tmp_path / "bad.jsonl.gz").write_bytes(b"not gzip")
+    capsys.readouterr()
+    assert main(["--panel", "webshop", "--records", str(tmp_path / "bad.jsonl.gz"), "--out", str(tmp_path / "o2")]) == 1
+    assert "bad.jsonl.gz" in capsys.readouterr().err
+
+
 def test_ranked_decisions_score_every_admissible_command(choice_family, shared_data, tmp_path):
     """pipeline.decisions --rank: every admissible command's whole log-probability under the decoding mask; over a
     step's candidates they sum to 1, and the teacher's rank is where its command stands in that order."""

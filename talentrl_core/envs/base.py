@@ -163,6 +163,9 @@ class FamilySpec:
     "Task type → the procedure it asks for (``library.talents_by=procedure``: one talent per procedure); None: none."
     procedures: Optional[str] = None
     "Module whose ``DESCRIPTIONS`` (procedure → what it does) start each procedure talent's strategy text."
+    decision_detail: Optional[Callable[[str, str], Optional[str]]] = None
+    "``(goal, the teacher's command) → a finer class`` of that decision, its own row in the per-decision accuracy "
+    "(``evaluation.decisions``; WebShop: the option group an option click sets); None: the family has none."
     reports_score: bool = False
     "Return rule: every family's return is the sum of its step rewards (invalid penalties included); a family "
     "that reports a score (mean final reward x 100, WebShop) shows it beside the success rate."

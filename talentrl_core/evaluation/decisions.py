@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from ..generation import GenResult
 from ..prompts import format_action, parse_for_env
@@ -104,19 +104,27 @@ def repeated(records: Sequence[dict]) -> list[bool]:
     return out
 
 
-def accuracy_table(records: Sequence[dict]) -> dict:
+def accuracy_table(records: Sequence[dict], detail: Optional[Callable[[str, str], Optional[str]]] = None) -> dict:
     """{decision: {n, correct, accuracy, wrong_repeats}} and the overall row ``all`` (``wrong_repeats``: wrong
     decisions that name a command already played in the episode, ``repeated``); with ranked records (``rank``) also
-    how often the teacher's command scored first and its median rank (1 = first).
+    how often the teacher's command scored first and its median rank (1 = first). ``detail`` (the family's
+    ``decision_detail``: goal, teacher's command → a finer class or None) adds a row ``"<decision> <class>"`` for
+    each finer class (WebShop: ``click[{option}] color``).
 
-    >>> accuracy_table([{"decision": "a", "correct": True, "teacher_rank": 0}, {"decision": "a", "correct": False,
-    ...                 "teacher_rank": 3}])["a"]
+    >>> rows = [{"decision": "a", "correct": True, "teacher_rank": 0, "goal": "g", "teacher": "x"},
+    ...         {"decision": "a", "correct": False, "teacher_rank": 3, "goal": "g", "teacher": "y"}]
+    >>> accuracy_table(rows)["a"]
     {'n': 2, 'correct': 1, 'accuracy': 0.5, 'wrong_repeats': 0, 'scored_first': 1, 'median_rank': 2.5}
+    >>> accuracy_table(rows, lambda goal, cmd: cmd if cmd == "y" else None)["a y"]["accuracy"]
+    0.0
     """
     groups: dict[str, list[tuple[dict, bool]]] = defaultdict(list)
     for r, again in zip(records, repeated(records)):
         groups[r["decision"]].append((r, again))
         groups["all"].append((r, again))
+        finer = detail(r.get("goal", ""), r["teacher"]) if detail is not None and r.get("teacher") else None
+        if finer:
+            groups[f"{r['decision']} {finer}"].append((r, again))
     table = {}
     for k, pairs in sorted(groups.items()):
         rows = [r for r, _ in pairs]
@@ -151,6 +159,7 @@ def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, lo
     distilled from that teacher (``knowledge`` a flat=False library view; the library's strategy labels name it), or
     with procedure talents (``library.talents_by=procedure``, ALFWorld) the task's own procedure talent;
     ``rank``: every admissible command scored too (``rank_commands``)."""
+    from ..envs.registry import family_spec
     from ..library.templates import abstract_action
     from ..rollout import EpisodeSpec, run_episodes
     from .runner import open_panel
@@ -160,6 +169,6 @@ def teacher_forced(cfg, panel: str, checkpoint: str, teacher: str, knowledge, lo
     wrapper = TeacherForced(load_policy(checkpoint), teacher, lambda a: abstract_action(family.name, a), rank)
     specs = [EpisodeSpec(t, **route, use_skills=True, seed=cfg.eval.seed * 100003 + i) for i, t in enumerate(tasks)]
     trajs = run_episodes(family.make, specs, wrapper, settings, knowledge, cfg.collect.batch_size, progress)
-    table = accuracy_table(wrapper.records)
+    table = accuracy_table(wrapper.records, family_spec(family.name).decision_detail)
     table["teacher_success"] = round(sum(bool(t.success) for t in trajs) / max(1, len(trajs)), 4)
     return wrapper.records, table

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 from ..base import FamilySpec, lazy_family
 from ..syntax import INVALID
-from .queries import BUTTONS
+from .queries import BUTTONS, instruction_options
 
 _ASIN = re.compile(r"^b[0-9a-z]{9}$")
 _RESULT = re.compile(r"^result \d+(:|$)")
@@ -30,6 +31,22 @@ def action_template(a: str) -> str:
     if target in BUTTONS:
         return f"click[{target}]"
     return "click[{product}]" if _ASIN.match(target) or _RESULT.match(target) else "click[{option}]"
+
+
+def option_group(goal: str, command: str) -> Optional[str]:
+    """The option group an option click sets, named as the instruction names it (``pipeline.decisions`` splits
+    its option row by it): the name whose value the click names, ``other`` for a value the instruction does not
+    name; None for any command that is not an option click.
+
+    >>> goal = "Find me tops with color: c5-red, and size: small, and price lower than 30.00 dollars"
+    >>> option_group(goal, "click[C5-Red]"), option_group(goal, "click[large]"), option_group(goal, "click[buy now]")
+    ('color', 'other', None)
+    """
+    a = " ".join(str(command or "").lower().split())
+    if action_template(a) != "click[{option}]":
+        return None
+    value = a[len("click["):-1].strip()
+    return next((name for name, v in instruction_options(goal).items() if v == value), "other")
 
 
 def _memory(goal, past, observation, admissible=None):
@@ -60,4 +77,5 @@ SPEC = FamilySpec(
     reports_score=True,
     memory=_memory,
     memory_goal=_memory_goal,
+    decision_detail=option_group,
 )

@@ -170,16 +170,21 @@ class ExecContext:
     "The family's memory line (``env.memory``), empty without one."
 
 
+MEMORY_LINES = {"page": "memory", "goal": "memory_goal", "goal_command": "memory_goal_command"}
+"``EnvConfig.memory_mode`` → the ``FamilySpec`` field that writes that memory line."
+
+
 def exec_context(env: str, goal: str, observation: str, talent: Optional[TalentView], skills: Sequence[SkillView],
                  past: Sequence[tuple[str, str]], n_history: int, admissible: Optional[Sequence[str]],
                  obs_chars: int, memory: bool | str = False) -> ExecContext:
     """The execution prompt's context at one step, as SFT (``sft_data.execution_samples``) and the rollout loop both
     build it: the last ``n_history`` (observation, action) pairs of ``past``, every action so far and the family's
     memory line of the whole past: none for ``memory`` False or "", ``FamilySpec.memory`` for True or "page",
-    ``FamilySpec.memory_goal`` for "goal" (``EnvConfig.memory_mode``)."""
+    ``FamilySpec.memory_goal`` for "goal", ``FamilySpec.memory_goal_command`` for "goal_command"
+    (``EnvConfig.memory_mode``)."""
     spec = FAMILIES.get(str(env))
     mode = "page" if memory is True else (memory or "")
-    fn = None if spec is None or not mode else spec.memory_goal if mode == "goal" else spec.memory
+    fn = None if spec is None or not mode else getattr(spec, MEMORY_LINES[mode])
     line = fn(goal, past, observation, admissible) if fn is not None else ""
     return ExecContext(env=env, goal=goal, observation=observation, talent=talent, skills=skills, memory=line,
                        history=past[-n_history:] if n_history else (), admissible=admissible, obs_chars=obs_chars,

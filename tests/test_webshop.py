@@ -590,3 +590,48 @@ def test_goal_line_names_the_teachers_option_and_only_with_memory_goal(choice_fa
     with pytest.raises(ValueError, match="env.memory_goal=true: alfworld has no such line; families with one: webshop"):
         make_family(EnvConfig(name=EnvName.alfworld, memory=True, memory_goal=True), "/tmp")
     assert EnvConfig(memory=True, memory_goal=True).memory_mode == "goal"
+
+
+def test_command_spelled_values_are_the_commands_own_tokens(choice_family, shared_data, tmp_path):
+    """env.memory_values=command: the goal line names each value in brackets, as the click command writes it, and
+    nothing else changes; under the byte-level tokenizer the teacher's option, as its command spells it, is then a
+    run of the line's own tokens on every option click (with the plain spelling, on fewer). Without memory_goal, with
+    an unknown spelling or on a family without such a line it is refused by name."""
+    from talentrl_core.config import ModelConfig
+    from talentrl_core.envs.webshop.memory import goal_command_line, goal_line
+    from talentrl_core.envs.webshop.queries import click_target
+    from talentrl_core.models import build_tiny, load_model
+    from talentrl_core.prompts import exec_context
+
+    tiny = ModelConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                       intermediate_size=64, vocab_size=2048, max_position_embeddings=512, device="cpu", threads=1)
+    _, tok = load_model(build_tiny(tiny, tmp_path / "m", shared_data))
+
+    def within(value: str, line: str) -> bool:
+        ids = tok(f"<action>click[{value}]</action>", add_special_tokens=False)["input_ids"]
+        value_ids, line_ids = ids[ids.index(tok.convert_tokens_to_ids("[")) + 1:-2], tok(line)["input_ids"]
+        return any(line_ids[i:i + len(value_ids)] == value_ids for i in range(len(line_ids)))
+
+    env, found = choice_family.make(), {"text": 0, "command": 0, "clicks": 0}
+    for task in choice_family.tasks("test")[:30]:
+        env.reset(task)
+        while not env.done:
+            adm, obs, action = env.admissible_actions(), env.render(), env.strategy_action("rank_order")
+            plain, spelled = goal_line(env.goal(), [], obs, adm), goal_command_line(env.goal(), [], obs, adm)
+            assert spelled.replace("(task: [", "(task: ").replace("])", ")").replace("]);", ");") == plain
+            if "(task: [" in spelled and click_target(action) in {a[6:-1] for a in adm} and \
+                    f"(task: [{click_target(action)}])" in spelled:
+                found["clicks"] += 1
+                found["text"] += within(click_target(action), plain)
+                found["command"] += within(click_target(action), spelled)
+                assert exec_context("webshop", env.goal(), obs, None, (), [], 0, adm, 600,
+                                    memory="goal_command").memory == spelled
+            env.step(action)
+    assert found["clicks"] >= 20 and found["command"] == found["clicks"] > found["text"], found
+    assert EnvConfig(memory=True, memory_goal=True, memory_values="command").memory_mode == "goal_command"
+    with pytest.raises(ValueError, match="env.memory_values=command spells the values of env.memory_goal's line"):
+        EnvConfig(memory=True, memory_values="command")
+    with pytest.raises(ValueError, match="env.memory_values='tokens': choose text or command"):
+        EnvConfig(memory_values="tokens")
+    with pytest.raises(ValueError, match="env.memory_goal=true: alfworld has no such line"):
+        make_family(EnvConfig(name=EnvName.alfworld, memory=True, memory_goal=True, memory_values="command"), "/tmp")

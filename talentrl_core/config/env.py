@@ -59,6 +59,10 @@ class EnvConfig:
      "the instruction names for it, beside the price the instruction's bound). A further declared deviation: the "
      "line does the instruction lookup for the policy; which value to click, and whether to buy, stay its choice "
      "(docs/webshop.md). A family without such a line refuses it (envs.make_family).")
+    memory_values: str = "text"
+    ("How env.memory_goal's line spells the task's values: text (WebShop: 'size: none (task: small)') or command "
+     "('(task: [small])', as the click command spells it: a byte-level tokenizer splits ' navy' and '[navy' into "
+     "different tokens, so only in brackets is naming the value a copy of the line's tokens; docs/webshop.md).")
     # ALFWorld
     alfworld_archive: str = "${data_dir}/alfworld/json_2.1.1_all.tar.xz"
     "The ALFWorld games archive (unpacked once into cache_dir)."
@@ -117,6 +121,11 @@ class EnvConfig:
         self._check_routing_cue()
         if self.memory_goal and not self.memory:
             raise ValueError("env.memory_goal=true adds to the memory line: set env.memory=true too")
+        if self.memory_values not in ("text", "command"):
+            raise ValueError(f"env.memory_values={self.memory_values!r}: choose text or command")
+        if self.memory_values == "command" and not self.memory_goal:
+            raise ValueError("env.memory_values=command spells the values of env.memory_goal's line: set "
+                             "env.memory_goal=true (and env.memory=true) too")
 
         if self.expert not in ("handcoded", "walkthrough", "planner"):
             raise ValueError(f"env.expert={self.expert!r}: choose handcoded, walkthrough or planner")
@@ -126,8 +135,13 @@ class EnvConfig:
 
     @property
     def memory_mode(self) -> str:
-        """The execution prompt's memory line: "" (none), "page" (``memory``) or "goal" (``memory`` + ``memory_goal``)."""
-        return ("goal" if self.memory_goal else "page") if self.memory else ""
+        """The execution prompt's memory line: "" (none), "page" (``memory``), "goal" (``memory`` + ``memory_goal``) or
+        "goal_command" (and ``memory_values=command``)."""
+        if not self.memory:
+            return ""
+        if not self.memory_goal:
+            return "page"
+        return "goal_command" if self.memory_values == "command" else "goal"
 
     @classmethod
     def of_family(cls, name: str, **overrides) -> "EnvConfig":

@@ -159,6 +159,9 @@ class FamilySpec:
     memory_goal: Optional[Callable[[str, Sequence[tuple[str, str]], str, Optional[Sequence[str]]], str]] = None
     "The memory line with the task's words beside the page's (``env.memory_goal``: WebShop's wanted option values "
     "and price bound); None: the family has none."
+    memory_goal_command: Optional[Callable[[str, Sequence[tuple[str, str]], str, Optional[Sequence[str]]], str]] = None
+    "``memory_goal`` with the task's values spelled as the family's commands spell them (``env.memory_values=command``: "
+    "WebShop's ``(task: [small])``); None: the family has none."
     procedure_of: Optional[Callable[[str], Optional[str]]] = None
     "Task type → the procedure it asks for (``library.talents_by=procedure``: one talent per procedure); None: none."
     procedures: Optional[str] = None

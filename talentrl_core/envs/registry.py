@@ -51,6 +51,10 @@ def make_family(cfg: "EnvConfig", cache_dir: str | Path) -> EnvFamily:
         if getattr(cfg, key) and getattr(spec, key) is None:
             have = [n for n, s in FAMILIES.items() if getattr(s, key) is not None]
             raise ValueError(f"env.{key}=true: {spec.name} has no {line}; families with one: {', '.join(have)}")
+    if cfg.memory_values == "command" and spec.memory_goal_command is None:
+        have = [n for n, s in FAMILIES.items() if s.memory_goal_command is not None]
+        raise ValueError(f"env.memory_values=command: {spec.name} spells no values as commands; families that do: "
+                         f"{', '.join(have)}")
     return spec.factory(cfg, Path(cache_dir))
 
 

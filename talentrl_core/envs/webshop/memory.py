@@ -14,6 +14,13 @@ the instruction's bound. A 6.8M model from random initialisation did not learn t
 group name → the instruction's ``name: value`` clause → the matching button; 0 of 80 dev option decisions, issue 40's
 probe); the line does the lookup and nothing more: it does not say whether the page offers the value, and which
 button to click, and whether to buy, stay the policy's choice. A declared deviation beyond ``env.memory``.
+
+``env.memory_values=command`` (``goal_command_line``) writes each of those values in brackets, as the click command
+writes it: ``size: none (task: [small])``. The byte-level tokenizer splits a value after a space differently from
+after ``[`` (`` navy`` is one token, ``[navy`` is ``[``, ``n``, ``avy``), so in the plain line naming the value means
+mapping one token sequence onto another per value, learnt for the frequent sizes and not for the long tail of colours
+(issue 40, P5: 25 of 39 sizes, 4 of 35 colours); in brackets the command's tokens are the line's own. Same content,
+another spelling.
 """
 
 from __future__ import annotations
@@ -45,10 +52,11 @@ def item_page(observation: str, admissible: Sequence[str]) -> Optional[tuple[str
 
 
 def memory_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
-                admissible: Optional[Sequence[str]] = None, with_goal: bool = False) -> str:
+                admissible: Optional[Sequence[str]] = None, with_goal: bool = False, as_command: bool = False) -> str:
     """The memory line of a step: on an item page its title, price and each option group's selection; else "".
     ``with_goal`` (``env.memory_goal``, ``goal_line``): beside each group the value the instruction names for it
-    (``any`` when it names none), beside the price the instruction's bound.
+    (``any`` when it names none), beside the price the instruction's bound; ``as_command``: each such value in
+    brackets, as the click command writes it (``env.memory_values=command``).
 
     >>> page = ("Instruction: [SEP] red shirt [SEP] Back to Search [SEP] < Prev [SEP] size [SEP] small [SEP] large "
     ...         "(selected) [SEP] Acme Shirt [SEP] Price: $9.50 [SEP] Rating: N.A. [SEP] Description [SEP] Features "
@@ -62,6 +70,8 @@ def memory_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
     'Memory: item Acme Shirt; price $9.50 (task: lower than $20.00); size: large (task: small)'
     >>> memory_line("Find a shirt", [], page, adm, with_goal=True)
     'Memory: item Acme Shirt; price $9.50 (task: any); size: large (task: any)'
+    >>> memory_line("Find a shirt with Size: small, and price lower than 20.00 dollars", [], page, adm, True, True)
+    'Memory: item Acme Shirt; price $9.50 (task: lower than $20.00); size: large (task: [small])'
     """
     item = item_page(observation, admissible or ())
     if item is None:
@@ -71,7 +81,9 @@ def memory_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
     if with_goal:
         wanted, bound = instruction_options(goal), price_bound(goal)
         price += f" (task: {f'lower than ${bound:.2f}' if bound is not None else 'any'})"
-        groups = [(name, f"{value or 'none'} (task: {wanted.get(name.strip().lower(), 'any')})") for name, value in groups]
+        spell = "[{}]".format if as_command else str
+        groups = [(name, f"{value or 'none'} (task: {spell(wanted[k]) if (k := name.strip().lower()) in wanted else 'any'})")
+                  for name, value in groups]
     parts = [f"item {title or 'unnamed'}", f"price {price}"]
     parts += [f"{name}: {value or 'none'}" for name, value in groups]
     return "Memory: " + "; ".join(parts)
@@ -81,3 +93,9 @@ def goal_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
               admissible: Optional[Sequence[str]] = None) -> str:
     """``memory_line`` with the instruction's words beside the page's (``env.memory_goal``)."""
     return memory_line(goal, past, observation, admissible, with_goal=True)
+
+
+def goal_command_line(goal: str, past: Sequence[tuple[str, str]], observation: str,
+                      admissible: Optional[Sequence[str]] = None) -> str:
+    """``goal_line`` with the task's values spelled as the click command spells them (``env.memory_values=command``)."""
+    return memory_line(goal, past, observation, admissible, with_goal=True, as_command=True)

@@ -61,6 +61,12 @@ def _memory_goal(goal, past, observation, admissible=None):
     return goal_line(goal, past, observation, admissible)
 
 
+def _memory_goal_command(goal, past, observation, admissible=None):
+    from .memory import goal_command_line
+
+    return goal_command_line(goal, past, observation, admissible)
+
+
 SPEC = FamilySpec(
     name="webshop",
     factory=lazy_family("talentrl_core.envs.webshop.env:WebShopFamily"),
@@ -77,5 +83,6 @@ SPEC = FamilySpec(
     reports_score=True,
     memory=_memory,
     memory_goal=_memory_goal,
+    memory_goal_command=_memory_goal_command,
     decision_detail=option_group,
 )

@@ -70,9 +70,6 @@ def retable(path: Path, panel: str):
             records = [json.loads(line) for line in f if line.strip()]
     except (OSError, EOFError, json.JSONDecodeError) as e:
         raise ValueError(f"cannot read the records {path}: {e}") from e
-    steps = sorted({r["step"] for r in records if "step" in r})
-    if len(steps) > 1:  # a merged file of several checkpoints (p5/records.jsonl.gz): one table each, never pooled
-        raise ValueError(f"{path} holds the records of checkpoints {steps}: give one checkpoint's records")
     before = read_json(path.parent / "metrics.json") if (path.parent / "metrics.json").is_file() else {}
     table = accuracy_table(records, family_spec(panel_family(panel)[0]).decision_detail)
     if "teacher_success" in before.get("decisions", {}):

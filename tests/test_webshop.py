@@ -411,10 +411,6 @@ def test_option_rows_split_by_group_and_recompute_from_records(choice_family, tm
     capsys.readouterr()
     assert main(["--panel", "webshop", "--records", str(tmp_path / "bad.jsonl.gz"), "--out", str(tmp_path / "o2")]) == 1
     assert "bad.jsonl.gz" in capsys.readouterr().err
-    (tmp_path / "two.jsonl").write_text("".join(json.dumps({**r, "step": i % 2}) + "\n"
-                                                 for i, r in enumerate(wrapper.records)))
-    assert main(["--panel", "webshop", "--records", str(tmp_path / "two.jsonl"), "--out", str(tmp_path / "o3")]) == 1
-    assert "checkpoints [0, 1]" in capsys.readouterr().err  # never pooled across checkpoints
 
 
 def test_ranked_decisions_score_every_admissible_command(choice_family, shared_data, tmp_path):

@@ -55,7 +55,8 @@ def decisions(cfg, args):
 
 
 def retable(path: Path, panel: str):
-    """(records, metrics) recomputed from ``path``; the teacher's success and the checkpoint are kept from the
+    """(records, metrics) recomputed from ``path``, one checkpoint's records (a file merged from several, as
+    ``p5/records.jsonl.gz``, would be pooled); the teacher's success and the checkpoint are kept from the
     ``metrics.json`` beside it."""
     import gzip
     import json

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-RUNNERS = ["docs/results/alfworld/chain.sh", "docs/results/alfworld/sizes.sh", "docs/results/webshop/p6.sh",
+RUNNERS = ["docs/results/alfworld/chain.sh", "docs/results/alfworld/sizes.sh", "docs/results/webshop/p6.sh", "docs/results/webshop/p7.sh",
            "docs/results/routing/a2_draws.sh"]
 
 

@@ -1,4 +1,4 @@
-# Sourced by the experiment runners beside it (alfworld/chain.sh, webshop/p6.sh, routing/a2_draws.sh): a run longer
+# Sourced by the experiment runners beside it (alfworld/chain.sh, webshop/arm.sh, routing/a2_draws.sh): a run longer
 # than a sitting, in stages that each resume. `sitting <end> <name>` reads the sitting's end ("YYYY-MM-DD HH:MM",
 # `date -d` syntax) and moves to the checkout holding the runner; `stage <marker> <python -m args...>` runs one
 # stage under nice and a timeout at the sitting's end (SIGTERM: every stage checkpoints and exits 75), and writes

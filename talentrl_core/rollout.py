@@ -121,7 +121,7 @@ class RolloutSettings:
     routing_cue: Optional[RoutingCue] = None
     "The cue the router restates before its talent (``env.routing_cue``; None: the talent only)."
     memory: bool | str = False
-    "The family's memory line in execution prompts (``EnvConfig.memory_mode``: empty, page or goal)."
+    "The family's memory line in execution prompts (``EnvConfig.memory_mode``: empty, page, goal or goal_command)."
     env_workers: int = 0
     "Envs in this many worker processes, stepped at once (``env.workers``, ``env_pool``); 0: in this process."
     run_id: str = ""

@@ -24,7 +24,10 @@ def run(runner: str, runs: Path, minutes: int, fail_on: str = "") -> subprocess.
     ``fail_on``, 0 otherwise."""
     fake = runs / "python"
     fake.write_text('#!/bin/bash\necho "$*" >> "$RUNS/calls"\n'
-                    'if [ -n "$FAIL_ON" ] && [[ "$*" == *"$FAIL_ON"* ]]; then exit 75; fi\n')
+                    'if [ -n "$FAIL_ON" ] && [[ "$*" == *"$FAIL_ON"* ]]; then exit 75; fi\n'
+                    'if [ "$1" = - ]; then cat > /dev/null; echo "met 50/80[0.5,0.7]"; fi\n')  # a criterion read
+    for d in ("trajectories", "library", "models/base"):  # what p7.sh links from P6's folder
+        (runs / "ws_p6" / d).mkdir(parents=True, exist_ok=True)
     fake.chmod(0o755)
     end = (dt.datetime.now() + dt.timedelta(minutes=minutes)).strftime("%Y-%m-%d %H:%M")
     env = dict(os.environ, RUNS=str(runs), PY=str(fake), FAIL_ON=fail_on)

@@ -106,7 +106,8 @@ def repeated(records: Sequence[dict]) -> list[bool]:
 
 def accuracy_table(records: Sequence[dict], detail: Optional[Callable[[str, str], Optional[str]]] = None) -> dict:
     """{decision: {n, correct, accuracy, wrong_repeats}} and the overall row ``all`` (``wrong_repeats``: wrong
-    decisions that name a command already played in the episode, ``repeated``); with ranked records (``rank``) also
+    decisions that name a command already played in the episode, ``repeated``; only where the records name their
+    episode, as records written before that do not); with ranked records (``rank``) also
     how often the teacher's command scored first and its median rank (1 = first). ``detail`` (the family's
     ``decision_detail``: goal, teacher's command → a finer class or None) adds a row ``"<decision> <class>"`` for
     each finer class (WebShop: ``click[{option}] color``).
@@ -114,7 +115,9 @@ def accuracy_table(records: Sequence[dict], detail: Optional[Callable[[str, str]
     >>> rows = [{"decision": "a", "correct": True, "teacher_rank": 0, "goal": "g", "teacher": "x"},
     ...         {"decision": "a", "correct": False, "teacher_rank": 3, "goal": "g", "teacher": "y"}]
     >>> accuracy_table(rows)["a"]
-    {'n': 2, 'correct': 1, 'accuracy': 0.5, 'wrong_repeats': 0, 'scored_first': 1, 'median_rank': 2.5}
+    {'n': 2, 'correct': 1, 'accuracy': 0.5, 'scored_first': 1, 'median_rank': 2.5}
+    >>> accuracy_table([{**r, "episode": 0, "step": i} for i, r in enumerate(rows)])["a"]["wrong_repeats"]
+    0
     >>> accuracy_table(rows, lambda goal, cmd: cmd if cmd == "y" else None)["a y"]["accuracy"]
     0.0
     """
@@ -129,8 +132,9 @@ def accuracy_table(records: Sequence[dict], detail: Optional[Callable[[str, str]
     for k, pairs in sorted(groups.items()):
         rows = [r for r, _ in pairs]
         ok = [bool(r["correct"]) for r in rows]
-        table[k] = {"n": len(ok), "correct": sum(ok), "accuracy": round(sum(ok) / len(ok), 4),
-                    "wrong_repeats": sum(again for _, again in pairs)}
+        table[k] = {"n": len(ok), "correct": sum(ok), "accuracy": round(sum(ok) / len(ok), 4)}
+        if any(r.get("episode") is not None for r in rows):
+            table[k]["wrong_repeats"] = sum(again for _, again in pairs)
         ranks = [r["teacher_rank"] for r in rows if r.get("teacher_rank") is not None]
         if ranks:
             table[k].update(scored_first=sum(x == 0 for x in ranks), median_rank=statistics.median(x + 1 for x in ranks))

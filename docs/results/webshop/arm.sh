@@ -16,7 +16,8 @@ webshop_arm() {
   if [ -n "$from" ]; then
     mkdir -p $W/models
     for d in trajectories library models/base; do
-      [ -e $W/$d ] || [ -L $W/$d ] || ln -s $R/$from/$d $W/$d || exit 1
+      [ -e $R/$from/$d ] || { log "no $R/$from/$d to link: run that arm's collect and distill first"; exit 1; }
+      [ -e $W/$d ] || ln -s $R/$from/$d $W/$d || exit 1
     done
   else
     stage collect pipeline.run collect $A
@@ -37,6 +38,7 @@ lo, hi = wilson_ci(d["correct"], d["n"])
 print("met" if lo > 0.497 else "not_met", f"{d['correct']}/{d['n']}[{lo:.3f},{hi:.3f}]")
 PY
 )"
+  [ -n "$met" ] || { log "criterion not read from ${W}_dec/dec_$last/metrics.json"; exit 1; }
   log "criterion at $last: option decisions $option (P5 at 1,500: 31/80 [0.288,0.497]): $met"
   [ "$met" = met ] || { log "not met: the test goals are not evaluated (README)"; exit 0; }
   mkdir -p ${W}b/models
@@ -49,6 +51,8 @@ PY
   ( stage test_b pipeline.run evaluate experiment=webshop tracker.mode=disabled artifacts_dir=${W}b $M \
       "eval.systems=[flat_skillbank]" ) &
   wait
-  done_ test_a && done_ test_b && log "$2 done: python -m pipeline.merge_eval $W/eval ${W}b/eval --out \
-docs/results/webshop/${2#ws_}/test --pair talent_sft flat_skillbank; the decisions from ${W}_dec"
+  done_ test_a && done_ test_b || exit 75  # one paused (or failed: its rc is in the log): the next sitting resumes it
+  log "$2 done: python -m pipeline.merge_eval $W/eval ${W}b/eval --out docs/results/webshop/${2#ws_}/test --pair \
+talent_sft flat_skillbank; the decisions from ${W}_dec (merged: metrics keyed by checkpoint, each record's checkpoint \
+as \"checkpoint\", since \"step\" is its episode's step)"
 }

@@ -46,7 +46,7 @@ def option_group(goal: str, command: str) -> Optional[str]:
     if action_template(a) != "click[{option}]":
         return None
     value = a[len("click["):-1].strip()
-    return next((name for name, v in instruction_options(goal).items() if v == value), "other")
+    return next((name for name, v in instruction_options(goal).items() if " ".join(v.split()) == value), "other")
 
 
 def _memory(goal, past, observation, admissible=None):

@@ -26,8 +26,12 @@ def make_generator(cfg: TalentRLConfig, model, tokenizer, model_path: str):
 
 
 def load_policy(cfg: TalentRLConfig, checkpoint: str, temperature: Optional[float] = None, name: str = "llm"):
-    """(policy, checkpoint) for a checkpoint folder or HF id; the model stays reachable as ``policy.model``."""
+    """(policy, checkpoint) for a checkpoint folder or HF id; the model stays reachable as ``policy.model``. A
+    checkpoint trained with another memory line than ``cfg.env`` builds is refused (``check_prompt_settings``)."""
     from .models import load_model
+    from .prompts import check_prompt_settings
+
+    check_prompt_settings(cfg.env, checkpoint)
 
     if cfg.model.backend == Backend.openai:
         from .models import load_tokenizer

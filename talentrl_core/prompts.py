@@ -174,6 +174,35 @@ MEMORY_LINES = {"page": "memory", "goal": "memory_goal", "goal_command": "memory
 "``EnvConfig.memory_mode`` → the ``FamilySpec`` field that writes that memory line."
 
 
+MEMORY_SETTINGS = {"": "env.memory=false", "page": "env.memory=true env.memory_goal=false",
+                   "goal": "env.memory=true env.memory_goal=true env.memory_values=text",
+                   "goal_command": "env.memory=true env.memory_goal=true env.memory_values=command"}
+"Each memory line (``EnvConfig.memory_mode``) and the settings that give it."
+
+
+def prompt_settings(env_cfg) -> dict:
+    """What a checkpoint's execution prompts were built with that a later run must build again
+    (``talentrl_meta.json["prompt"]``, ``check_prompt_settings``): the memory line."""
+    return {"memory": env_cfg.memory_mode}
+
+
+def check_prompt_settings(env_cfg, checkpoint) -> None:
+    """A ValueError naming the settings when ``checkpoint`` was trained (its ``talentrl_meta.json``) with another
+    memory line than ``env_cfg`` builds: its prompts would otherwise differ, silently, from those it learnt on.
+    A checkpoint without the record (a base model, a hub id, one written before it) passes."""
+    from pathlib import Path
+
+    from .io import read_json
+
+    meta = Path(str(checkpoint)) / "talentrl_meta.json"
+    trained = (read_json(meta).get("prompt") or {}).get("memory") if meta.is_file() else None
+    if trained is None or trained == env_cfg.memory_mode:
+        return
+    raise ValueError(f"{checkpoint} was trained with the memory line {trained or 'none'!r} "
+                     f"({MEMORY_SETTINGS.get(trained, '?')}); this run's settings give {env_cfg.memory_mode or 'none'!r}: "
+                     f"set {MEMORY_SETTINGS.get(trained, '?')} to use it")
+
+
 def exec_context(env: str, goal: str, observation: str, talent: Optional[TalentView], skills: Sequence[SkillView],
                  past: Sequence[tuple[str, str]], n_history: int, admissible: Optional[Sequence[str]],
                  obs_chars: int, memory: bool | str = False) -> ExecContext:

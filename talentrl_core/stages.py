@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # the rollout loop imports torch: imported where a stage runs
     from .rollout import RolloutSettings
     from .trajectories import Trajectory
 from .paths import ArtifactPaths
+from .prompts import prompt_settings
 from .stage_logs import log_collection, log_evaluation, log_library, log_model, log_report
 
 
@@ -243,7 +244,8 @@ def sft(cfg: TalentRLConfig) -> dict:
     corpus = sorted({t.goal for t in trajs} | {s.observation for t in trajs for s in t.steps})
     base = ensure_base_model(cfg.model, paths.base_model, cfg.data_dir, extra_texts=corpus)
     data = sft_data(cfg, knowledge, trajs)
-    meta = {"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name}
+    meta = {"library_version": knowledge.version, "library_uri": cfg.library.uri, "env": cfg.env.name,
+            "prompt": prompt_settings(cfg.env)}
     with _tracker(cfg, "sft") as tracker:
         if cfg.sft.dagger_rounds:
             from .dagger import train_rounds

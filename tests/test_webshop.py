@@ -635,3 +635,22 @@ def test_command_spelled_values_are_the_commands_own_tokens(choice_family, share
         EnvConfig(memory_values="tokens")
     with pytest.raises(ValueError, match="env.memory_goal=true: alfworld has no such line"):
         make_family(EnvConfig(name=EnvName.alfworld, memory=True, memory_goal=True, memory_values="command"), "/tmp")
+
+
+def test_a_checkpoint_is_read_with_the_memory_line_it_learnt(tmp_path):
+    """SFT and RL record the memory line in talentrl_meta.json; loading the checkpoint (load_policy, RL's start)
+    with settings that build another line is refused, naming the settings that give the one it learnt; a checkpoint
+    without the record passes."""
+    from talentrl_core.prompts import check_prompt_settings, prompt_settings
+
+    spelled = EnvConfig(memory=True, memory_goal=True, memory_values="command")
+    (tmp_path / "talentrl_meta.json").write_text(json.dumps({"prompt": prompt_settings(spelled)}))
+    check_prompt_settings(spelled, tmp_path)
+    with pytest.raises(ValueError, match="memory line 'goal_command'.*this run's settings give 'goal': set env.memory="
+                                         "true env.memory_goal=true env.memory_values=command"):
+        check_prompt_settings(EnvConfig(memory=True, memory_goal=True), tmp_path)
+    with pytest.raises(ValueError, match="give 'none'"):
+        check_prompt_settings(EnvConfig(), tmp_path)
+    check_prompt_settings(EnvConfig(), tmp_path / "elsewhere")  # no record: a base model or a hub id
+    (tmp_path / "talentrl_meta.json").write_text(json.dumps({"library_version": 1}))
+    check_prompt_settings(EnvConfig(), tmp_path)  # written before the record existed

@@ -69,6 +69,7 @@ from ..io import write_json
 from ..models import weights_digest
 from ..precision import autocast
 from ..preemption import stop_signals
+from ..prompts import prompt_settings
 from ..rollout import EpisodeSpec, Knowledge, RolloutSettings, run_episodes
 from ..threads import follow_free_cpus
 from ..tracking import NullTracker, redact
@@ -363,7 +364,7 @@ class RLTrainer:
         def write(tmp: Path) -> None:
             model.save_pretrained(tmp)
             self.tok.save_pretrained(tmp)
-            write_json(tmp / META_FILE, meta)
+            write_json(tmp / META_FILE, {**meta, "prompt": prompt_settings(self.cfg.env)})  # check_prompt_settings
 
         self.files.save_final(model, write, self.job())
 

@@ -205,7 +205,10 @@ def build_update(cfg: TalentRLConfig, init_checkpoint: str, acc) -> PolicyUpdate
     from ..precision import resolve_compute_dtype
     from .samples import TrieCache
 
+    from ..prompts import check_prompt_settings
+
     rl = cfg.rl
+    check_prompt_settings(cfg.env, init_checkpoint)  # RL's prompts are the ones its start learnt on
     model, tok = load_model(init_checkpoint, cfg.model, device="cpu")
     ref_model = None
     if cfg.model.lora:

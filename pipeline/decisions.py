@@ -58,18 +58,13 @@ def retable(path: Path, panel: str):
     """(records, metrics) recomputed from ``path``, one checkpoint's records (a file merged from several, as
     ``p5/records.jsonl.gz``, would be pooled); the teacher's success and the checkpoint are kept from the
     ``metrics.json`` beside it."""
-    import gzip
-    import json
-
     from talentrl_core.envs.registry import family_spec, panel_family
     from talentrl_core.evaluation.decisions import accuracy_table
-    from talentrl_core.io import read_json
+    from talentrl_core.io import iter_jsonl, read_json
 
-    opener = gzip.open if path.suffix == ".gz" else open
     try:
-        with opener(path, "rt", encoding="utf-8") as f:
-            records = [json.loads(line) for line in f if line.strip()]
-    except (OSError, EOFError, json.JSONDecodeError) as e:
+        records = [row for _, row in iter_jsonl(path)]  # a malformed line: ValueError naming file:line
+    except (OSError, EOFError) as e:  # missing, or not gzip though named .gz
         raise ValueError(f"cannot read the records {path}: {e}") from e
     before = read_json(path.parent / "metrics.json") if (path.parent / "metrics.json").is_file() else {}
     table = accuracy_table(records, family_spec(panel_family(panel)[0]).decision_detail)

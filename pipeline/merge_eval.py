@@ -80,17 +80,12 @@ def merge(runs: Sequence[Path], ci: str = "wilson", seed: int = 0, rename: Mappi
 def episode_rows(run: Path) -> list[dict]:
     """The episode rows of an evaluation folder: ``episodes.jsonl`` as the evaluate stage writes it, or
     ``episodes.jsonl.gz`` as ``docs/results`` commits it (so a new run merges with a committed one)."""
-    import gzip
+    from talentrl_core.io import iter_jsonl
 
     plain, packed = run / "episodes.jsonl", run / "episodes.jsonl.gz"
-    if plain.is_file():
-        text = plain.read_text()
-    elif packed.is_file():
-        with gzip.open(packed, "rt") as f:
-            text = f.read()
-    else:
+    if not (plain.is_file() or packed.is_file()):
         raise FileNotFoundError(f"{run} holds neither episodes.jsonl nor episodes.jsonl.gz")
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [row for _, row in iter_jsonl(plain if plain.is_file() else packed)]
 
 
 @named_errors("pipeline.merge_eval")

@@ -218,9 +218,12 @@ def disk_full_named(path: str | os.PathLike, what: str = "writing") -> Iterator[
 
 
 def iter_jsonl(path: str | os.PathLike, error: type[Exception] = ValueError) -> Iterator[tuple[int, Any]]:
-    """(line number, row) for each non-blank JSONL line; a malformed line raises ``error`` naming file:line."""
+    """(line number, row) for each non-blank JSONL line of ``path`` (gzipped when it ends in ``.gz``, as
+    ``docs/results`` commits records and episodes); a malformed line raises ``error`` naming file:line."""
+    import gzip
+
     path = Path(path)
-    with path.open(encoding="utf-8") as f:
+    with (gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else path.open(encoding="utf-8")) as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue

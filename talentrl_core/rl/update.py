@@ -203,9 +203,8 @@ def build_update(cfg: TalentRLConfig, init_checkpoint: str, acc) -> PolicyUpdate
 
     from ..models import load_model
     from ..precision import resolve_compute_dtype
-    from .samples import TrieCache
-
     from ..prompts import check_prompt_settings
+    from .samples import TrieCache
 
     rl = cfg.rl
     check_prompt_settings(cfg.env, init_checkpoint)  # RL's prompts are the ones its start learnt on

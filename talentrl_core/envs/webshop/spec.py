@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..base import FamilySpec, lazy_family
 from ..syntax import INVALID
-from .queries import BUTTONS, instruction_options
+from .queries import BUTTONS, click_target, instruction_options
 
 _ASIN = re.compile(r"^b[0-9a-z]{9}$")
 _RESULT = re.compile(r"^result \d+(:|$)")
@@ -45,7 +45,7 @@ def option_group(goal: str, command: str) -> Optional[str]:
     a = " ".join(str(command or "").lower().split())
     if action_template(a) != "click[{option}]":
         return None
-    value = a[len("click["):-1].strip()
+    value = click_target(a).strip()
     return next((name for name, v in instruction_options(goal).items() if " ".join(v.split()) == value), "other")
 
 
